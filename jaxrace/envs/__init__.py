@@ -1,0 +1,25 @@
+"""The racing simulator: tracks, GT3 vehicle dynamics, AI opponents, the race env."""
+
+from jaxrace.envs.circuits import BUILTIN_TRACKS, builtin_track, load_track_csv, procedural_track
+from jaxrace.envs.race import EnvParams, EnvState, RaceEnv, StaticParams
+from jaxrace.envs.registry import make, resolve_tracks
+from jaxrace.envs.track import Track, TrackError, reference_lap_time, stack_tracks
+from jaxrace.envs.vehicle import CarParams
+
+__all__ = [
+    "BUILTIN_TRACKS",
+    "CarParams",
+    "EnvParams",
+    "EnvState",
+    "RaceEnv",
+    "StaticParams",
+    "Track",
+    "TrackError",
+    "builtin_track",
+    "load_track_csv",
+    "make",
+    "procedural_track",
+    "reference_lap_time",
+    "resolve_tracks",
+    "stack_tracks",
+]

@@ -1,0 +1,109 @@
+"""What a reward function may read: `RaceView` and `Action`.
+
+This file is the one definition of the reward API; its source text is what an LLM is
+shown. Every field is for the ego car at the end of an agent step (10 Hz), and inside
+a batch or a trajectory every field gains the same leading axes.
+"""
+
+from __future__ import annotations
+
+import jax
+from flax import struct
+
+NO_GAP = 10_000.0  # m, the gap reported when there is no car ahead (or behind)
+
+
+@struct.dataclass
+class RaceView:
+    """Facts about the ego car after one agent step (all scalars per car, SI units)."""
+
+    progress: jax.Array
+    """f32, metres driven along the centre line since the start line, unwrapped over laps
+    (negative while behind the start line on the grid). Its change is the distance made."""
+
+    lap_progress: jax.Array
+    """f32 in [0, 1), fraction of the current lap done."""
+
+    speed: jax.Array
+    """f32, m/s, the car's speed over ground (0 to about 80)."""
+
+    longitudinal_accel: jax.Array
+    """f32, m/s^2, forward acceleration (negative when braking, down to about -30)."""
+
+    lateral_accel: jax.Array
+    """f32, m/s^2, sideways acceleration (+ left, about -25 to 25)."""
+
+    lateral_offset: jax.Array
+    """f32, m, distance from the centre line (+ left of the driving direction)."""
+
+    edge_margin: jax.Array
+    """f32, m, distance from the car's centre to the nearer track edge (negative outside)."""
+
+    heading_error: jax.Array
+    """f32, rad in [-pi, pi), car heading minus track direction (+ pointing left)."""
+
+    off_course: jax.Array
+    """bool, the car is beyond a track edge by more than the course-out margin."""
+
+    on_kerb: jax.Array
+    """bool, the car's centre is on a kerb just outside the edge."""
+
+    wall_contact: jax.Array
+    """bool, the car touched a wall during this step."""
+
+    tyre_slip: jax.Array
+    """f32, rad >= 0, the larger of the front and rear tyre slip angles (grip peaks near
+    0.13; much more means sliding)."""
+
+    hit_from_behind: jax.Array
+    """bool, another car ran into the back of this car during this step (not our fault)."""
+
+    hit_other_from_behind: jax.Array
+    """bool, this car ran into the back of another car during this step (our fault)."""
+
+    side_contact: jax.Array
+    """bool, side-by-side contact with another car during this step."""
+
+    rank: jax.Array
+    """i32, race position, 1 = leading."""
+
+    start_rank: jax.Array
+    """i32, race position at the start (positions gained = start_rank - rank)."""
+
+    num_cars: jax.Array
+    """i32, cars in the race, the ego car included."""
+
+    gap_ahead: jax.Array
+    """f32, m, progress of the car one position ahead minus ours (NO_GAP = 10000 if none)."""
+
+    gap_behind: jax.Array
+    """f32, m, our progress minus that of the car one position behind (NO_GAP if none)."""
+
+    laps: jax.Array
+    """i32, laps completed."""
+
+    lap_time: jax.Array
+    """f32, s, time spent on the current lap."""
+
+    last_lap_time: jax.Array
+    """f32, s, time of the last completed lap (0 before the first)."""
+
+    time: jax.Array
+    """f32, s, time since the start of the episode."""
+
+    finished: jax.Array
+    """bool, the car has completed the race distance."""
+
+    reference_speed: jax.Array
+    """f32, m/s, the reference (fastest) speed of a GT3 car at this point of the race line."""
+
+
+@struct.dataclass
+class Action:
+    """The agent's command for one step (each in [-1, 1])."""
+
+    steering: jax.Array
+    """f32, -1 full right lock, +1 full left lock."""
+
+    throttle_brake: jax.Array
+    """f32, > 0 throttle (1 = full), < 0 brake (-1 = full)."""
