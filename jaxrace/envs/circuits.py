@@ -32,7 +32,7 @@ def filleted_polygon(vertices, radii, spacing: float = 1.0) -> np.ndarray:
     len_out = np.linalg.norm(d_out, axis=1)
     u_in = d_in / np.linalg.norm(d_in, axis=1)[:, None]
     u_out = d_out / len_out[:, None]
-    turn = np.arctan2(np.cross(u_in, u_out), np.sum(u_in * u_out, axis=1))
+    turn = np.arctan2(u_in[:, 0] * u_out[:, 1] - u_in[:, 1] * u_out[:, 0], np.sum(u_in * u_out, axis=1))
     tan_half = np.tan(np.abs(turn) / 2.0)
     # Each edge gives its two corners at most the share of it they ask for.
     for _ in range(4):
@@ -72,14 +72,14 @@ _LAYOUTS = {
         [150, 150, 150, 150],
         7.0,
     ),
-    # A 2.9 km technical club circuit: hairpins, a chicane, an esses section.
+    # A 2.5 km technical club circuit: hairpins, a chicane, an esses section.
     "club": (
         [(0, 0), (620, 0), (700, 230), (480, 260), (440, 430), (170, 470),
          (240, 300), (60, 250), (-140, 380), (-230, 140)],
         [45, 30, 22, 35, 60, 15, 25, 30, 55, 70],
         5.5,
     ),
-    # A 5.2 km grand-prix circuit: a long main straight into a hairpin, fast sweepers,
+    # A 4.3 km grand-prix circuit: a long main straight into a hairpin, fast sweepers,
     # a chicane on the back straight, a long double-apex right-hander.
     "gp": (
         [(0, 0), (1250, 0), (1320, 180), (1150, 240), (1300, 520), (1050, 820),
@@ -91,9 +91,10 @@ _LAYOUTS = {
 
 
 def _figure_eight(spacing: float = 1.0) -> np.ndarray:
-    """A 2.3 km figure-eight (lemniscate of Gerono) that crosses itself at a bridge."""
+    """A 3.2 km figure-eight (lemniscate of Gerono) that crosses itself at a bridge."""
     a = 520.0
-    t = np.linspace(0.0, 2.0 * np.pi, 20000, endpoint=False) + 0.5 * np.pi
+    # Start on the long arc of a lobe, away from the crossing at the origin.
+    t = np.linspace(0.0, 2.0 * np.pi, 20000, endpoint=False) + 0.5 * np.pi + 0.6
     pts = np.stack([a * np.cos(t), a * np.sin(t) * np.cos(t)], axis=1)
     seg = np.linalg.norm(np.diff(pts, axis=0, append=pts[:1]), axis=1)
     s = np.concatenate([[0.0], np.cumsum(seg)])

@@ -88,7 +88,10 @@ def drive(
     v_ref = ts.row(station_at(ts, cars.arc + 0.25 * speed)).ref_speed
     v_free = CORNER_MARGIN * skill * v_ref
     safe = car.length + 1.5 + speed * (0.4 - 0.25 * aggression)  # racing gap: a few tenths
-    v_follow = jnp.maximum(lead_speed + 0.5 * (lead_gap - safe), 0.0)
+    # A car that wants by closes up into the slipstream before it pulls out.
+    wants_by = has_lead & (lead_speed < v_free - 0.5)
+    gap_goal = jnp.where(wants_by, car.length + 1.0 + speed * (0.15 - 0.05 * aggression), safe)
+    v_follow = jnp.maximum(lead_speed + 0.5 * (lead_gap - gap_goal), 0.0)
     v_target = jnp.where(has_lead, jnp.minimum(v_free, v_follow), v_free)
     resist = 0.5 * car.air_density * car.cda * speed**2 + car.rolling_resistance * car.mass * 9.81
     feed_forward = resist / (car.power / jnp.maximum(speed, 5.0))
@@ -98,7 +101,7 @@ def drive(
     here_line = here.raceline
     left_room = here.width_left - EDGE_MARGIN
     right_room = here.width_right - EDGE_MARGIN
-    held_up = has_lead & (lead_gap < safe + 20.0) & (lead_speed < v_free - 0.5)
+    held_up = wants_by & (lead_gap < safe + 20.0)
     offset = car.width + LANE_GAP
 
     def side_is_free(lateral_target):

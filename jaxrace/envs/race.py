@@ -31,7 +31,7 @@ from jaxrace.envs.track import (
     track_slice,
     wrap_angle,
 )
-from jaxrace.envs.vehicle import CarParams, Surface, VehicleState, sanitize_action, vehicle_substep
+from jaxrace.envs.vehicle import CarParams, Conditions, VehicleState, sanitize_action, vehicle_substep
 from jaxrace.rewards.api import NO_GAP, RaceView
 
 START_MODES = ("time_trial", "grid_back", "random")
@@ -350,10 +350,11 @@ class RaceEnv:
         dt = s.dt / s.substeps
         false = jnp.zeros_like(active)
         partners = _contact_partners(ts, cars, active) if s.num_cars > 1 else None
+        draft = _slipstream(ts, cars, active, car)
 
         def substep(carry, _):
             cars, surface, flags = carry
-            body, aux = vehicle_substep(cars.body, actions, surface, car, dt)
+            body, aux = vehicle_substep(cars.body, actions, Conditions(*surface, draft), car, dt)
             proj = project(ts, jnp.stack([body.x, body.y], -1), cars.station)
             motion = Motion.of(body)
             motion, proj, wall = _walls(motion, proj, car, params)
@@ -399,13 +400,12 @@ class RaceEnv:
         lateral = c.lateral[e]
         edge = jnp.minimum(here.width_left - lateral, here.width_right + lateral)
         kerb = jnp.where(lateral > 0, here.kerb_left, here.kerb_right)
-        score = _race_score(c, state.active)
-        ahead = state.active & (score > score[e])
-        behind = state.active & (score < score[e])
-        ahead_idx = jnp.argmin(jnp.where(ahead, score, jnp.inf))
-        behind_idx = jnp.argmax(jnp.where(behind, score, -jnp.inf))
-        gap_ahead = jnp.where(jnp.any(ahead), c.progress[ahead_idx] - c.progress[e], NO_GAP)
-        gap_behind = jnp.where(jnp.any(behind), c.progress[e] - c.progress[behind_idx], NO_GAP)
+        # The cars one position ahead and behind (ranks are a permutation of 1..C).
+        others = state.active & (jnp.arange(c.rank.shape[0]) != e)
+        ahead = others & (c.rank == c.rank[e] - 1)
+        behind = others & (c.rank == c.rank[e] + 1)
+        gap_ahead = jnp.where(jnp.any(ahead), c.progress[jnp.argmax(ahead)] - c.progress[e], NO_GAP)
+        gap_behind = jnp.where(jnp.any(behind), c.progress[e] - c.progress[jnp.argmax(behind)], NO_GAP)
         return RaceView(
             progress=c.progress[e],
             lap_progress=c.arc[e] / ts.length,
@@ -441,7 +441,8 @@ class RaceEnv:
         proprio (the car's own senses): speed/50, vx/50, vy/10, ax/20, ay/20, yaw rate/2,
         steering angle / lock, previous action (2), front and rear slip angles x 5,
         off-course, on-kerb, wall contact, any car contact, lateral offset / half
-        width, heading error, lap progress in [0, 1), race progress (laps done / laps).
+        width, heading error, lap progress in [0, 1), race progress (laps done / laps),
+        race position in [0, 1] (0 = leading).
         privileged (for the critic): L track-edge stations ahead, every
         `lookahead_spacing` m, as left (x, y) and right (x, y) in the car frame / 100 m;
         then the K nearest active opponents (nearest first) as relative position / 50 m,
@@ -460,7 +461,7 @@ class RaceEnv:
             body.steer / params.car.max_steer, c.prev_action[0, 0], c.prev_action[0, 1],
             5.0 * c.slip_front[0], 5.0 * c.slip_rear[0],
             v.off_course, v.on_kerb, v.wall_contact, contact, v.lateral_offset / half_width, v.heading_error,
-            v.lap_progress, c.laps[0] / jnp.maximum(params.laps, 1),
+            v.lap_progress, c.laps[0] / jnp.maximum(params.laps, 1), (v.rank - 1) / jnp.maximum(v.num_cars - 1, 1),
         ]).astype(jnp.float32)
 
         cos_y, sin_y = jnp.cos(body.yaw), jnp.sin(body.yaw)
@@ -496,13 +497,27 @@ PROPRIO_SIZE = 20
 # ---------------------------------------------------------------------- pure pieces of a step
 
 
-def _surface(row: StationRow, lateral, params: EnvParams) -> Surface:
-    """Grip and extra drag under each car: tarmac, kerb just outside the edge, grass beyond."""
+def _surface(row: StationRow, lateral, params: EnvParams) -> tuple[jax.Array, jax.Array]:
+    """Grip factor and extra rolling drag under each car: tarmac, kerb outside the edge, grass beyond."""
     left = lateral >= 0
     beyond = jnp.abs(lateral) - jnp.where(left, row.width_left, row.width_right)
     grass = beyond > jnp.where(left, row.kerb_left, row.kerb_right)
     grip = jnp.where(beyond <= 0, 1.0, jnp.where(grass, params.offtrack_grip, params.kerb_grip))
-    return Surface(grip=grip, rolling_drag=jnp.where(grass, params.offtrack_drag, 0.0))
+    return grip, jnp.where(grass, params.offtrack_drag, 0.0)
+
+
+SLIPSTREAM_DRAG = 0.35  # drag saved right behind another car
+SLIPSTREAM_RANGE = 40.0  # m behind a car where its wake still helps
+
+
+def _slipstream(ts: TrackSlice, cars: CarsState, active, car: CarParams) -> jax.Array:
+    """Drag scale f32[C]: a car close behind another, in its wake, has less drag."""
+    num = cars.arc.shape[0]
+    behind = opponents.wrap_half(cars.arc[None, :] - cars.arc[:, None], ts.length)  # [i, j]: j ahead of i
+    in_wake = (active[None, :] & ~jnp.eye(num, dtype=bool) & (behind > 0.0)
+               & (jnp.abs(cars.lateral[None, :] - cars.lateral[:, None]) < car.width))
+    tow = jnp.where(in_wake, jnp.clip(1.0 - behind / SLIPSTREAM_RANGE, 0.0, 1.0), 0.0)
+    return 1.0 - SLIPSTREAM_DRAG * jnp.max(tow, axis=1)
 
 
 class Motion(NamedTuple):
@@ -650,15 +665,25 @@ def _lap_bookkeeping(cars: CarsState, prev_progress, prev_time, dt, length, race
     )
 
 
-def _race_score(cars: CarsState, active) -> jax.Array:
-    """Orders cars: finished ones by finish time, then the rest by progress."""
-    score = jnp.where(cars.finished, 1e7 - cars.finish_time, cars.progress)
-    return jnp.where(active, score, -1e9)
+def _ahead(cars: CarsState, active) -> jax.Array:
+    """bool[C, C]: [i, j] is True when car j is classified ahead of car i.
+
+    Finished cars lead, by finish time; then by progress; equal standing goes to the
+    lower index; inactive cars are behind everyone. Compared exactly, not through a
+    combined float score (float32 cannot tell finish times apart near 1e7).
+    """
+    idx = jnp.arange(cars.progress.shape[0])
+    fin_i, fin_j = cars.finished[:, None], cars.finished[None, :]
+    time_i, time_j = cars.finish_time[:, None], cars.finish_time[None, :]
+    prog_i, prog_j = cars.progress[:, None], cars.progress[None, :]
+    tie = idx[None, :] < idx[:, None]
+    by_finish = jnp.where(time_j == time_i, tie, time_j < time_i)
+    by_progress = jnp.where(prog_j == prog_i, tie, prog_j > prog_i)
+    racing_ahead = jnp.where(fin_i, fin_j & by_finish, fin_j | by_progress)
+    act_i, act_j = active[:, None], active[None, :]
+    return jnp.where(act_i, act_j & racing_ahead, act_j | tie)
 
 
 def _ranks(cars: CarsState, active) -> jax.Array:
-    """Race positions i32[C] (1 = leading; ties go to the lower index; inactive cars last)."""
-    score = _race_score(cars, active)
-    idx = jnp.arange(score.shape[0])
-    better = (score[None, :] > score[:, None]) | ((score[None, :] == score[:, None]) & (idx[None, :] < idx[:, None]))
-    return (1 + jnp.sum(better, axis=1)).astype(jnp.int32)
+    """Race positions i32[C] (1 = leading; inactive cars last)."""
+    return (1 + jnp.sum(_ahead(cars, active), axis=1)).astype(jnp.int32)

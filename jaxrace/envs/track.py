@@ -177,7 +177,8 @@ def _project_polyline(points, xy, window=24):
         k = int(np.argmin(d2))
         idx = int(cand[k])
         out_s[j] = s_at[idx] + t[k] * seg_len[idx]
-        out_n[j] = np.cross(v[k] / seg_len[idx], p - a[k])
+        rel = p - a[k]
+        out_n[j] = (v[k, 0] * rel[1] - v[k, 1] * rel[0]) / seg_len[idx]
     return out_s, out_n
 
 

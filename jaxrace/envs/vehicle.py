@@ -12,8 +12,8 @@ car's body frame (x forward, y left):
   never more than the tyre can take);
 * aerodynamic drag and downforce (``0.5 rho CdA v^2``, ``0.5 rho ClA v^2``, aero balance
   equal to the static weight distribution), and rolling resistance;
-* surface: a grip factor and an extra rolling drag (kerbs, grass) given per car by the
-  caller from the track.
+* conditions: a grip factor and an extra rolling drag (kerbs, grass) and a drag scale
+  (slipstream) given per car by the caller.
 
 Below a few m/s the explicit dynamic model is stiff, so the lateral velocity and yaw
 rate are blended towards the kinematic bicycle model (the usual low-speed fix).
@@ -85,11 +85,12 @@ class VehicleState:
         return jnp.sqrt(self.vx**2 + self.vy**2)
 
 
-class Surface(NamedTuple):
-    """What the ground under each car does to it (arrays over cars)."""
+class Conditions(NamedTuple):
+    """What the ground and the air around each car do to it (arrays over cars)."""
 
     grip: jax.Array  # multiplies mu (1 on tarmac)
     rolling_drag: jax.Array  # extra rolling-resistance coefficient (0 on tarmac)
+    drag_scale: jax.Array  # multiplies aerodynamic drag (< 1 in another car's slipstream)
 
 
 class VehicleAux(NamedTuple):
@@ -137,7 +138,7 @@ def _pacejka(alpha, b, c):
 def vehicle_substep(
     state: VehicleState,
     action: jax.Array,
-    surface: Surface,
+    conditions: Conditions,
     car: CarParams,
     dt: float,
 ) -> tuple[VehicleState, VehicleAux]:
@@ -147,7 +148,7 @@ def vehicle_substep(
         state: VehicleState with fields of shape [C].
         action: f32[C, 2] sanitised (steering, throttle_brake) in [-1, 1]; +steering
             turns left; throttle_brake > 0 drives, < 0 brakes (there is no reverse).
-        surface: per-car grip factor and extra rolling drag, each f32[C].
+        conditions: per-car grip factor, extra rolling drag and drag scale, each f32[C].
         car: CarParams, fields scalars or f32[C].
         dt: substep length in seconds (static).
 
@@ -156,7 +157,7 @@ def vehicle_substep(
     """
     steer_cmd, pedal = action[..., 0], action[..., 1]
     wheelbase = car.lf + car.lr
-    mu = car.mu * surface.grip
+    mu = car.mu * conditions.grip
 
     # Steering actuator: move towards the commanded angle at a limited rate.
     steer_target = steer_cmd * car.max_steer
@@ -195,8 +196,8 @@ def vehicle_substep(
     fy_f = jnp.clip(fy_f, -lat_f, lat_f)
     fy_r = jnp.clip(fy_r, -lat_r, lat_r)
 
-    drag = 0.5 * car.air_density * car.cda * vx * jnp.abs(vx)
-    rolling = (car.rolling_resistance + surface.rolling_drag) * total_load * forward
+    drag = 0.5 * car.air_density * car.cda * conditions.drag_scale * vx * jnp.abs(vx)
+    rolling = (car.rolling_resistance + conditions.rolling_drag) * total_load * forward
 
     cos_s, sin_s = jnp.cos(steer), jnp.sin(steer)
     force_x = fx_r + fx_f * cos_s - fy_f * sin_s - drag - rolling

@@ -1,0 +1,127 @@
+"""Whole races driven by the built-in AI (every car, the ego car included), and their summary.
+
+`ai_race` is one jitted scan; `summarise` is host-side bookkeeping that turns the
+per-step record into lap times, positions, overtakes and contacts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxrace.envs.race import EnvParams, RaceEnv
+from jaxrace.envs.track import track_slice
+
+
+class RaceRecord(NamedTuple):
+    """Per-step facts of every car: arrays [..., T, C] (T agent steps, C cars)."""
+
+    laps: jax.Array  # i32
+    last_lap: jax.Array  # f32, s
+    rank: jax.Array  # i32
+    finished: jax.Array  # bool
+    finish_time: jax.Array  # f32, s
+    off_course: jax.Array  # bool, beyond the course-out margin
+    wall_contact: jax.Array  # bool
+    hit_other_from_behind: jax.Array  # bool
+    side_contact: jax.Array  # bool
+    active: jax.Array  # bool
+
+
+def ai_race(env: RaceEnv, params: EnvParams, key: jax.Array, num_steps: int) -> RaceRecord:
+    """Runs `num_steps` agent steps with the AI driving every car (no auto-reset).
+
+    Jit it with `num_steps` static: `jax.jit(ai_race, static_argnums=(0, 3))`.
+    """
+    _, state = env.reset(key, params)
+
+    def body(state, step_key):
+        action = env.ai_action(state, params)
+        _, state, *_ = env.step_env(step_key, state, action, params)
+        c = state.cars
+        here = track_slice(params.tracks, state.track_index).row(c.station)
+        edge = jnp.minimum(here.width_left - c.lateral, here.width_right + c.lateral)
+        return state, RaceRecord(
+            laps=c.laps, last_lap=c.last_lap, rank=c.rank, finished=c.finished, finish_time=c.finish_time,
+            off_course=(edge < -params.course_out_margin) & state.active, wall_contact=c.wall_contact,
+            hit_other_from_behind=c.hit_other_from_behind, side_contact=c.side_contact, active=state.active,
+        )
+
+    _, record = jax.lax.scan(body, state, jax.random.split(key, num_steps))
+    return record
+
+
+@dataclass
+class CarResult:
+    """One car's race, host-side."""
+
+    car: int  # 0 = the ego car
+    position: int  # final race position (1 = winner)
+    start_position: int
+    laps: int
+    lap_times: list[float]
+    finish_time: float | None  # s, None if it did not finish
+
+
+@dataclass
+class RaceSummary:
+    """A race, host-side: results by finishing order and incident counts."""
+
+    results: list[CarResult]
+    overtakes: int  # position gains summed over cars (each pass counts once)
+    contacts: int  # car-car contact events (a contact between two cars counts once)
+    course_outs: int  # times a car went beyond the course-out margin
+    wall_hits: int  # times a car touched a wall
+
+
+def _onsets(flag: np.ndarray) -> int:
+    """Number of False -> True transitions along axis 0, summed."""
+    f = flag.astype(np.int8)
+    return int(np.sum(np.diff(f, axis=0, prepend=0) == 1))
+
+
+def summarise(record: RaceRecord, race_laps: int | None = None) -> RaceSummary:
+    """Summarises one race's record (arrays [T, C]); lap times stop at `race_laps`."""
+    rec = jax.tree.map(np.asarray, record)
+    active = rec.active[0]
+    results = []
+    for car in np.flatnonzero(active):
+        laps = rec.laps[:, car]
+        completed = np.flatnonzero(np.diff(laps, prepend=0) > 0)
+        lap_times = [float(rec.last_lap[t, car]) for t in completed][:race_laps]
+        finished = bool(rec.finished[-1, car])
+        results.append(CarResult(
+            car=int(car), position=int(rec.rank[-1, car]), start_position=int(rec.rank[0, car]),
+            laps=len(lap_times), lap_times=lap_times,
+            finish_time=float(rec.finish_time[-1, car]) if finished else None,
+        ))
+    results.sort(key=lambda r: r.position)
+    gains = np.diff(rec.rank[:, active], axis=0)
+    contacts = _onsets(rec.hit_other_from_behind[:, active]) + _onsets(rec.side_contact[:, active]) // 2
+    return RaceSummary(
+        results=results,
+        overtakes=int(np.sum(gains < 0)),
+        contacts=contacts,
+        course_outs=_onsets(rec.off_course[:, active]),
+        wall_hits=_onsets(rec.wall_contact[:, active]),
+    )
+
+
+def format_summary(summary: RaceSummary, skills=None) -> str:
+    """A table a person can read: positions, lap times, incidents."""
+    lines = [f"{'pos':>3}  {'car':<8} {'skill':>5}  {'grid':>4}  {'laps':>4}  {'best lap':>9}  {'total':>9}  lap times"]
+    for r in summary.results:
+        name = "ego (AI)" if r.car == 0 else f"AI {r.car}"
+        skill = f"{skills[r.car]:.2f}" if skills is not None else "-"
+        best = f"{min(r.lap_times):9.3f}" if r.lap_times else f"{'-':>9}"
+        total = f"{r.finish_time:9.3f}" if r.finish_time is not None else f"{'DNF':>9}"
+        laps = " ".join(f"{t:.3f}" for t in r.lap_times)
+        lines.append(f"{r.position:>3}  {name:<8} {skill:>5}  {r.start_position:>4}  {r.laps:>4}  {best}  {total}  "
+                     f"{laps}")
+    lines.append(f"overtakes {summary.overtakes}, car contacts {summary.contacts}, "
+                 f"course-outs {summary.course_outs}, wall hits {summary.wall_hits}")
+    return "\n".join(lines)

@@ -1,0 +1,302 @@
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxrace
+from jaxrace.envs import StaticParams, builtin_track, stack_tracks
+from jaxrace.envs.race import _lap_bookkeeping, _ranks
+from jaxrace.rewards.api import NO_GAP, RaceView
+
+
+@pytest.fixture(scope="module")
+def grid():
+    env, params = jaxrace.make(track="club", num_opponents=7, laps=2)
+    return env, params
+
+
+@pytest.fixture(scope="module")
+def solo():
+    env, params = jaxrace.make(track="oval", start="time_trial")
+    return env, params.replace(skill=params.skill.at[0].set(1.0))
+
+
+def _set_cars(state, **fields):
+    return state.replace(cars=state.cars._replace(**fields))
+
+
+def test_shapes_and_dtypes(grid):
+    env, params = grid
+    obs, state = env.reset(jax.random.key(0), params)
+    assert set(obs) == {"proprio", "privileged"}
+    for name, shape in env.observation_shapes().items():
+        assert obs[name].shape == shape and obs[name].dtype == jnp.float32
+    assert obs["privileged"].shape == (4 * 30 + 5 * 6,)
+    obs, state, reward, term, trunc, info = env.step(jax.random.key(1), state, jnp.zeros(2), params)
+    assert reward.shape == () and reward.dtype == jnp.float32
+    assert term.dtype == jnp.bool_ and trunc.dtype == jnp.bool_
+    view = info["view"]
+    assert isinstance(view, RaceView)
+    for name in ("off_course", "wall_contact", "hit_from_behind", "hit_other_from_behind", "side_contact",
+                 "finished", "on_kerb"):
+        assert getattr(view, name).dtype == jnp.bool_, name
+    for name in ("rank", "start_rank", "laps", "num_cars"):
+        assert getattr(view, name).dtype == jnp.int32, name
+    for name in ("progress", "speed", "gap_ahead", "lap_time", "time", "tyre_slip"):
+        assert getattr(view, name).dtype == jnp.float32, name
+    assert state.cars.body.x.shape == (8,)
+
+
+def test_step_compiles_once(grid):
+    env, params = grid
+    step = jax.jit(chex.assert_max_traces(env.step, n=1))
+    obs, state = env.reset(jax.random.key(0), params)
+    for i in range(4):
+        action = jnp.array([0.1 * i, 1.0 - 0.3 * i])
+        obs, state, *_ = step(jax.random.key(i), state, action, params)
+    # New parameter values (same structure) do not retrace either.
+    step(jax.random.key(9), state, jnp.zeros(2), params.replace(time_limit=jnp.float32(30.0)))
+
+
+def test_determinism_under_a_key():
+    env, params = jaxrace.make(track="club", num_opponents=3, start="random")
+
+    def run(key):
+        k_reset, k_act = jax.random.split(key)
+        obs, state = env.reset(k_reset, params)
+
+        def body(state, k):
+            a = jax.random.uniform(k, (2,), minval=-1.0, maxval=1.0)
+            obs, state, r, *_ = env.step(k, state, a, params)
+            return state, r
+
+        return jax.lax.scan(body, state, jax.random.split(k_act, 50))
+
+    run = jax.jit(run)
+    s1, r1 = run(jax.random.key(5))
+    s2, r2 = run(jax.random.key(5))
+    chex.assert_trees_all_equal(s1, s2)
+    np.testing.assert_array_equal(np.asarray(r1), np.asarray(r2))
+
+
+def test_random_starts_differ_by_key_and_are_valid():
+    env, params = jaxrace.make(track="club", num_opponents=5, start="random")
+    reset = jax.jit(jax.vmap(env.reset, in_axes=(0, None)))
+    _, states = reset(jax.random.split(jax.random.key(0), 16), params)
+    arcs = np.asarray(states.cars.arc[:, 0])
+    assert len(np.unique(np.round(arcs))) == 16  # every reset a fresh start
+    # Cars never start on top of each other, and start on the track.
+    for s in range(16):
+        a = np.sort(np.asarray(states.cars.arc[s]))
+        gaps = np.diff(np.append(a, a[0] + float(params.tracks.length)))
+        assert gaps.min() > 5.0
+    assert np.all(np.abs(np.asarray(states.view.edge_margin)) < 10.0)
+    assert np.all(np.asarray(states.view.edge_margin) > 0.0)
+
+
+def test_grid_start_puts_the_ego_car_at_the_back(grid):
+    env, params = grid
+    _, state = env.reset(jax.random.key(0), params)
+    assert int(state.view.rank) == 8 and int(state.view.start_rank) == 8
+    assert float(state.cars.progress[0]) == float(jnp.min(state.cars.progress))
+    assert float(state.view.gap_behind) == NO_GAP
+    np.testing.assert_allclose(float(state.view.gap_ahead), 8.0)
+    # With fewer active opponents the ego car still starts last, right behind them.
+    _, state = env.reset(jax.random.key(0), params.replace(num_active_opponents=jnp.int32(3)))
+    assert int(state.view.rank) == 4 and int(state.view.num_cars) == 4
+
+
+def test_thousand_step_smoke_of_256_envs_stays_finite(grid):
+    env, params = grid
+    n = 256
+
+    def run(key):
+        obs, state = jax.vmap(env.reset, in_axes=(0, None))(jax.random.split(key, n), params)
+
+        def body(state, k):
+            a = jax.random.uniform(k, (n, 2), minval=-1.0, maxval=1.0)
+            obs, state, r, term, trunc, info = jax.vmap(env.step, in_axes=(0, 0, 0, None))(
+                jax.random.split(k, n), state, a, params)
+            return state, (r, obs["privileged"].sum(), state.cars.body.speed.max())
+
+        return jax.lax.scan(body, state, jax.random.split(key, 1000))
+
+    state, (reward, obs_sum, vmax) = jax.jit(run)(jax.random.key(0))
+    chex.assert_tree_all_finite((state, reward, obs_sum))
+    assert float(vmax.max()) < 85.0
+
+
+def test_nan_and_out_of_range_actions_are_sanitised(solo):
+    env, params = solo
+    _, state = env.reset(jax.random.key(0), params)
+    step = jax.jit(env.step)
+    _, state, r, *_, info = step(jax.random.key(1), state, jnp.array([jnp.nan, 5.0]), params)
+    assert bool(info["bad_action"]) and int(info["bad_action_count"]) == 1
+    chex.assert_tree_all_finite(state)
+    _, state, r, *_, info = step(jax.random.key(1), state, jnp.array([0.0, 1.0]), params)
+    assert not bool(info["bad_action"]) and int(info["bad_action_count"]) == 1
+    assert float(state.cars.body.speed[0]) > 0.0  # the clipped full throttle drove
+
+
+def test_progress_reward_laps_and_termination(solo):
+    env, params = solo
+    params = params.replace(laps=jnp.int32(1))
+    _, state = env.reset(jax.random.key(0), params)
+
+    def body(state, _):
+        prev = state
+        obs, state, reward, term, trunc, info = env.step_env(jax.random.key(0), state, env.ai_action(state, params),
+                                                             params)
+        return state, (reward, term, trunc, info["view"], prev.view.progress)
+
+    _, (reward, term, trunc, view, prev_progress) = jax.jit(
+        lambda s: jax.lax.scan(body, s, None, length=500))(state)
+    reward, term = np.asarray(reward), np.asarray(term)
+    np.testing.assert_allclose(reward, np.asarray(view.progress) - np.asarray(prev_progress), atol=1e-4)
+    end = int(np.argmax(term))
+    assert term[end] and not term[:end].any() and not np.asarray(trunc)[: end + 1].any()
+    length = float(params.tracks.length)
+    assert float(view.progress[end]) >= length > float(view.progress[end - 1])
+    assert int(view.laps[end]) == 1 and bool(view.finished[end])
+    # The crossing time is interpolated inside the step.
+    lap = float(view.last_lap_time[end])
+    assert float(view.time[end]) - 0.1 <= lap <= float(view.time[end])
+    # A standing start costs the AI about 7 s to 250 km/h; the rest is within 5% of the reference.
+    assert lap < 1.05 * float(params.tracks.ref_lap_time) + 8.0
+
+
+def test_time_limit_truncates_and_auto_resets(solo):
+    env, params = solo
+    params = params.replace(time_limit=jnp.float32(1.0))
+    _, state = env.reset(jax.random.key(0), params)
+    step = jax.jit(env.step)
+    for i in range(10):
+        obs, state, r, term, trunc, info = step(jax.random.key(i), state, jnp.array([0.0, 1.0]), params)
+        assert bool(trunc) == (i == 9) and not bool(term)
+    # After the reset: a fresh episode, the final observation and view kept in info.
+    assert float(state.time) == 0.0 and float(state.cars.body.speed[0]) == 0.0
+    assert float(info["view"].time) == pytest.approx(1.0)
+    assert float(info["final_observation"]["proprio"][0]) > 0.0 and float(obs["proprio"][0]) == 0.0
+
+
+def test_course_out_terminates_when_asked(solo):
+    env, params = solo
+    _, state = env.reset(jax.random.key(0), params)
+    action = jnp.array([1.0, 1.0])  # full lock left: off the track within seconds
+
+    def run(p):
+        def body(state, _):
+            obs, state, r, term, trunc, info = env.step_env(jax.random.key(0), state, action, p)
+            return state, (term, info["view"].off_course)
+
+        return jax.lax.scan(body, state, None, length=100)[1]
+
+    term, off = jax.jit(run)(params)
+    assert np.asarray(off).any() and not np.asarray(term).any()
+    term, off = jax.jit(run)(params.replace(terminate_on_course_out=jnp.bool_(True)))
+    first_off = int(np.argmax(np.asarray(off)))
+    assert bool(term[first_off]) and not np.asarray(term[:first_off]).any()
+
+
+def test_walls_keep_the_car_in_and_slow_it(solo):
+    env, params = solo
+    _, state = env.reset(jax.random.key(0), params)
+    state = _set_cars(state, body=state.cars.body.replace(vx=state.cars.body.vx.at[0].set(50.0)))
+
+    def body(state, _):
+        obs, state, r, term, trunc, info = env.step_env(jax.random.key(0), state, jnp.array([1.0, 0.0]), params)
+        return state, (info["view"], state.cars.lateral[0])
+
+    _, (view, lateral) = jax.jit(lambda s: jax.lax.scan(body, s, None, length=60))(state)
+    hit = np.asarray(view.wall_contact)
+    assert hit.any()
+    first = int(np.argmax(hit))
+    wall = float(params.tracks.wall_left[0]) - 0.5 * float(params.car.width)
+    assert float(jnp.max(lateral)) <= wall + 0.05
+    assert float(view.speed[first + 2]) < 0.9 * float(view.speed[first - 1])
+
+
+def test_rear_end_contact_records_who_hit_whom():
+    env, params = jaxrace.make(track="oval", num_opponents=1, skill=jnp.array([1.0, 0.0]))
+    _, state = env.reset(jax.random.key(0), params)
+    c = state.cars
+    # Ego 3 m behind the opponent on the same line, 10 m/s faster: it will run into it.
+    arc = jnp.array([200.0, 203.5])
+    from jaxrace.envs.track import point_at, track_slice
+
+    xy, station = point_at(track_slice(params.tracks), arc, jnp.zeros(2))
+    body = c.body.replace(x=xy[:, 0], y=xy[:, 1], yaw=params.tracks.heading[station],
+                          vx=jnp.array([30.0, 20.0]))
+    state = _set_cars(state, body=body, station=station, arc=arc, lateral=jnp.zeros(2), progress=arc)
+    _, state, *_ , info = jax.jit(env.step_env)(jax.random.key(0), state, jnp.array([0.0, 0.0]), params)
+    assert bool(state.cars.hit_other_from_behind[0]) and bool(state.cars.hit_from_behind[1])
+    assert not bool(state.cars.hit_from_behind[0]) and not bool(state.cars.hit_other_from_behind[1])
+    assert bool(info["view"].hit_other_from_behind)
+    # Momentum went forward: the car hit gained speed, the hitter lost it, and they parted.
+    assert float(state.cars.body.vx[1]) > 20.5 and float(state.cars.body.vx[0]) < 29.0
+    assert float(state.cars.arc[1] - state.cars.arc[0]) >= float(params.car.length) - 0.3
+
+
+def test_ranks_and_lap_bookkeeping_on_scripted_progress(grid):
+    _, params = grid
+    _, state = grid[0].reset(jax.random.key(0), params)
+    cars = state.cars._replace(
+        progress=jnp.array([50.0, 120.0, 80.0, 80.0, 10.0, 300.0, 0.0, 0.0]),
+        finished=jnp.array([False, False, False, False, False, True, False, False]),
+    )
+    active = jnp.array([True] * 6 + [False, False])
+    # Finished first; equal progress goes to the lower index; inactive cars last.
+    np.testing.assert_array_equal(np.asarray(_ranks(cars, active)), [5, 2, 3, 4, 6, 1, 7, 8])
+
+    length = 1000.0
+    cars = state.cars._replace(
+        progress=jnp.array([1010.0, 990.0, 2005.0, -5.0, 0.0, 0.0, 0.0, 0.0]),
+        laps=jnp.array([0, 0, 1, 0, 0, 0, 0, 0], jnp.int32),
+        lap_start=jnp.array([0.0, 0.0, 30.0, 0.0, 0.0, 0.0, 0.0, 0.0]),
+    )
+    prev = jnp.array([990.0, 980.0, 1995.0, -15.0, 0.0, 0.0, 0.0, 0.0])
+    out = _lap_bookkeeping(cars, prev, jnp.float32(60.0), 0.1, jnp.float32(length), jnp.int32(2))
+    np.testing.assert_array_equal(np.asarray(out.laps[:4]), [1, 0, 2, 0])
+    # Car 0 crossed halfway through the step; car 2 finished its second lap.
+    np.testing.assert_allclose(float(out.last_lap[0]), 60.05, rtol=1e-6)
+    np.testing.assert_allclose(float(out.last_lap[2]), 30.05, rtol=1e-6)
+    assert bool(out.finished[2]) and not bool(out.finished[0])
+    np.testing.assert_allclose(float(out.finish_time[2]), 60.05, rtol=1e-6)
+    np.testing.assert_allclose(float(out.best_lap[0]), 60.05, rtol=1e-6)
+
+
+def test_params_vmap_over_tracks_and_skills():
+    tracks = stack_tracks([builtin_track("club"), builtin_track("oval")])
+    env, params = jaxrace.make(track=tracks, num_opponents=1)
+    index = jnp.array([0, 1, 1])
+    batched = params.replace(track_index=index)
+    axes = jax.tree.map(lambda _: None, params).replace(track_index=0)
+    _, state = jax.vmap(env.reset, in_axes=(None, axes))(jax.random.key(0), batched)
+    np.testing.assert_array_equal(np.asarray(state.track_index), [0, 1, 1])
+    lengths = np.asarray(tracks.length)[[0, 1, 1]]
+    np.testing.assert_allclose(np.asarray(state.view.lap_progress) * lengths,
+                               np.asarray(state.cars.arc[:, 0]), rtol=1e-5)
+    # track_index = -1 draws a track at every reset.
+    _, states = jax.vmap(env.reset, in_axes=(0, None))(jax.random.split(jax.random.key(1), 32),
+                                                        params.replace(track_index=jnp.int32(-1)))
+    assert set(np.asarray(states.track_index).tolist()) == {0, 1}
+
+
+@pytest.mark.parametrize(
+    "kwargs, error, match",
+    [
+        (dict(num_opponents=20), ValueError, r"num_opponents must be in \[0, 19\]"),
+        (dict(start="rolling"), ValueError, "start must be one of"),
+        (dict(track="monaco"), ValueError, "unknown track 'monaco'"),
+        (dict(time_limt=3.0), TypeError, "unknown EnvParams field.*time_limt"),
+        (dict(start="time_trial", num_opponents=3), ValueError, "time_trial"),
+    ],
+)
+def test_bad_configuration_is_rejected_clearly(kwargs, error, match):
+    with pytest.raises(error, match=match):
+        jaxrace.make(**kwargs)
+
+
+def test_static_params_are_hashable():
+    assert hash(StaticParams()) == hash(StaticParams())
