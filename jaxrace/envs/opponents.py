@@ -27,6 +27,8 @@ LANE_GAP = 1.2  # m of air between two cars side by side when passing
 EDGE_MARGIN = 1.6  # m from the car's centre to the track edge that the AI keeps
 YAW_GAIN = 0.08  # rad of steering per rad/s of yaw-rate error
 CORNER_MARGIN = 0.98  # the AI's target speed at skill 1 as a share of the reference
+FOLLOW_BRAKING = 12.0  # m/s^2 a follower counts on to stop behind the car ahead
+REACTION = 0.3  # s the follower looks ahead at the lead's speed
 
 
 class DriverInput(NamedTuple):
@@ -37,6 +39,7 @@ class DriverInput(NamedTuple):
     arc: jax.Array  # f32, m along the lap
     lateral: jax.Array  # f32, m from the centre line
     lane: jax.Array  # f32, m, the AI's current offset from the race line
+    accel: jax.Array  # f32, m/s^2, longitudinal acceleration (negative when braking)
     active: jax.Array  # bool
 
 
@@ -91,7 +94,10 @@ def drive(
     # A car that wants by closes up into the slipstream before it pulls out.
     wants_by = has_lead & (lead_speed < v_free - 0.5)
     gap_goal = jnp.where(wants_by, car.length + 1.0 + speed * (0.15 - 0.05 * aggression), safe)
-    v_follow = jnp.maximum(lead_speed + 0.5 * (lead_gap - gap_goal), 0.0)
+    # Gipps-style safe speed: able to stop behind the lead at FOLLOW_BRAKING, using the
+    # lead's speed a reaction time ahead given how hard it is braking now.
+    lead_soon = jnp.maximum(lead_speed + jnp.minimum(cars.accel[lead], 0.0) * REACTION, 0.0)
+    v_follow = jnp.sqrt(jnp.maximum(lead_soon**2 + 2.0 * FOLLOW_BRAKING * (lead_gap - gap_goal), 0.0))
     v_target = jnp.where(has_lead, jnp.minimum(v_free, v_follow), v_free)
     resist = 0.5 * car.air_density * car.cda * speed**2 + car.rolling_resistance * car.mass * 9.81
     feed_forward = resist / (car.power / jnp.maximum(speed, 5.0))

@@ -340,7 +340,7 @@ class RaceEnv:
     def _ai(self, state, params, ts, car):
         c = state.cars
         inputs = opponents.DriverInput(body=c.body, station=c.station, arc=c.arc, lateral=c.lateral,
-                                       lane=c.lane, active=state.active)
+                                       lane=c.lane, accel=c.ax, active=state.active)
         return opponents.drive(ts, inputs, params.skill, params.aggression, car, self.static.dt)
 
     # ------------------------------------------------------------------ physics

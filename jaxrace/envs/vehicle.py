@@ -189,7 +189,11 @@ def vehicle_substep(
     brake_f = jnp.minimum(brake * load_f / total_load, jnp.maximum(room_f, BRAKE_FLOOR * grip_f))
     brake_r = jnp.minimum(brake * load_r / total_load, jnp.maximum(room_r, BRAKE_FLOOR * grip_r))
     fx_f = -brake_f * forward
-    fx_r = jnp.minimum(drive, room_r) - brake_r * forward
+    # Traction control: past the rear tyre's peak slip angle, power fades out (by 1.5x the
+    # peak it is gone), so throttle cannot keep a sliding rear sliding.
+    peak = jnp.tan(0.5 * jnp.pi / car.tyre_c) / car.tyre_b
+    traction = jnp.clip(1.0 - (jnp.abs(slip_r) - peak) / (0.5 * peak), 0.0, 1.0)
+    fx_r = jnp.minimum(drive, room_r * traction) - brake_r * forward
     # Only braking beyond the room (the floor) eats into the lateral force.
     lat_f = jnp.sqrt(jnp.maximum(grip_f**2 - fx_f**2, 0.0))
     lat_r = jnp.sqrt(jnp.maximum(grip_r**2 - fx_r**2, 0.0))

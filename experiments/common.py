@@ -1,0 +1,52 @@
+"""Shared by the experiment scripts: where results go, and what machine made them."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import platform
+from pathlib import Path
+
+import jax
+
+RESULTS = Path(__file__).resolve().parent / "results"
+SHARED_TRACKS = Path(__file__).resolve().parents[2] / "shared" / "tracks"
+REAL_CIRCUITS = {  # name: (length km, GT3 qualifying band s), from ../shared/tracks/README.md
+    "Monza": (5.79, (104.7, 107.0)),
+    "Spa": (7.00, (133.7, 137.4)),
+    "Silverstone": (5.89, (116.6, 119.0)),
+    "BrandsHatch": (3.91, (82.5, 84.5)),
+}
+
+
+def machine() -> str:
+    """A short description of the machine, e.g. '2-core Intel Xeon ..., cpu backend'."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    devices = jax.devices()
+    accel = "" if devices[0].platform == "cpu" else f", {len(devices)} x {devices[0].device_kind}"
+    return f"{os.cpu_count()}-core {cpu}{accel}, jax {jax.__version__} on {jax.default_backend()}"
+
+
+def write_results(script: str, rows: list[dict]) -> Path:
+    """Writes experiments/results/<script>.json in the format DESIGN.md gives."""
+    RESULTS.mkdir(exist_ok=True)
+    path = RESULTS / f"{Path(script).stem}.json"
+    payload = {"machine": machine(), "date": datetime.date.today().isoformat(), "rows": rows}
+    path.write_text(json.dumps(payload, indent=2) + "\n")
+    return path
+
+
+def print_table(headers: list[str], rows: list[list]) -> None:
+    """Prints a Markdown table (pasteable into the README)."""
+    print("| " + " | ".join(headers) + " |")
+    print("|" + "|".join("---" for _ in headers) + "|")
+    for row in rows:
+        print("| " + " | ".join(str(x) for x in row) + " |")
