@@ -1,0 +1,21 @@
+from jaxrace.cli import main
+
+
+def test_race_prints_positions_and_lap_times(capsys):
+    assert main(["race", "--track", "oval", "--opponents", "3", "--laps", "1", "--steps", "600"]) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.lstrip().startswith("pos"))
+    rows = lines[header + 1 : header + 5]
+    assert [int(r.split()[0]) for r in rows] == [1, 2, 3, 4]
+    assert sum("ego (AI)" in r for r in rows) == 1
+    assert "overtakes" in lines[header + 5]
+    # 60 s is enough for one lap of the oval: every car has a lap time and a total.
+    assert all("DNF" not in r for r in rows)
+
+
+def test_bad_input_is_an_error_message_not_a_traceback(capsys):
+    assert main(["race", "--track", "monaco"]) == 2
+    assert "unknown track 'monaco'" in capsys.readouterr().err
+    assert main(["race", "--opponents", "25"]) == 2
+    assert "num_opponents" in capsys.readouterr().err
