@@ -348,43 +348,45 @@ class RaceEnv:
     def _physics(self, ts: TrackSlice, cars: CarsState, active, actions, params: EnvParams, car: CarParams):
         s = self.static
         dt = s.dt / s.substeps
-        false = jnp.zeros_like(active)
         partners = _contact_partners(ts, cars, active) if s.num_cars > 1 else None
         draft = _slipstream(ts, cars, active, car)
 
-        def substep(carry, _):
-            cars, surface, flags = carry
-            body, aux = vehicle_substep(cars.body, actions, Conditions(*surface, draft), car, dt)
-            proj = project(ts, jnp.stack([body.x, body.y], -1), cars.station)
-            motion = Motion.of(body)
-            motion, proj, wall = _walls(motion, proj, car, params)
-            contact = None
+        def substep(carry: Substep) -> tuple[Substep, object, Projection]:
+            body, aux = vehicle_substep(carry.body, actions, Conditions(carry.grip, carry.rolling_drag, draft), car, dt)
+            proj = project(ts, jnp.stack([body.x, body.y], -1), carry.station)
+            motion, proj, wall = _walls(Motion.of(body), proj, car, params)
+            contact = Contacts(*(jnp.zeros_like(active),) * 3)
             if partners is not None:
                 motion, proj, contact = _contacts(ts, motion, proj, partners, car, params)
             # Inactive cars stay where they are (their masks keep them out of everything).
-            body = _where(active, motion.to_body(body), cars.body)
-            station = jnp.where(active, proj.station, cars.station)
-            arc = jnp.where(active, proj.arc, cars.arc)
-            lateral = jnp.where(active, proj.lateral, cars.lateral)
-            progress = cars.progress + opponents.wrap_half(arc - cars.arc, ts.length)
-            cars = cars._replace(
-                body=body, station=station, arc=arc, lateral=lateral,
-                heading_error=wrap_angle(body.yaw - proj.heading), progress=progress, ax=aux.ax, ay=aux.ay,
-                slip_front=aux.slip_front, slip_rear=aux.slip_rear,
+            lateral = jnp.where(active, proj.lateral, carry.lateral)
+            grip, rolling_drag = _surface(proj.row, lateral, params)
+            nxt = Substep(
+                body=_where(active, motion.to_body(body), carry.body),
+                station=jnp.where(active, proj.station, carry.station),
+                arc=jnp.where(active, proj.arc, carry.arc),
+                lateral=lateral, grip=grip, rolling_drag=rolling_drag,
+                events=carry.events | _pack_events(wall & active, contact.hit_from_behind,
+                                                   contact.hit_other_from_behind, contact.side),
             )
-            flags = {**flags, "wall_contact": flags["wall_contact"] | (wall & active)}
-            if contact is not None:
-                flags = {
-                    **flags,
-                    "hit_from_behind": flags["hit_from_behind"] | contact.hit_from_behind,
-                    "hit_other_from_behind": flags["hit_other_from_behind"] | contact.hit_other_from_behind,
-                    "side_contact": flags["side_contact"] | contact.side,
-                }
-            return (cars, _surface(proj.row, lateral, params), flags), None
+            return nxt, aux, proj
 
-        flags0 = {k: false for k in ("wall_contact", "hit_from_behind", "hit_other_from_behind", "side_contact")}
-        surface0 = _surface(ts.row(cars.station), cars.lateral, params)
-        (cars, _, flags), _ = jax.lax.scan(substep, (cars, surface0, flags0), None, length=s.substeps)
+        grip, rolling_drag = _surface(ts.row(cars.station), cars.lateral, params)
+        start = Substep(body=cars.body, station=cars.station, arc=cars.arc, lateral=cars.lateral, grip=grip,
+                        rolling_drag=rolling_drag, events=jnp.zeros(active.shape, jnp.int32))
+        # The loop carries only what the next substep reads; the last substep runs outside
+        # it and also yields what the step reports (accelerations, slip, heading error).
+        # Fewer loop outputs is measurably faster on XLA:CPU.
+        carry = jax.lax.fori_loop(0, s.substeps - 1, lambda _, c: substep(c)[0], start)
+        end, aux, proj = substep(carry)
+        cars = cars._replace(
+            body=end.body, station=end.station, arc=end.arc, lateral=end.lateral,
+            heading_error=wrap_angle(end.body.yaw - proj.heading),
+            # A car covers far less than half a lap in one agent step.
+            progress=cars.progress + opponents.wrap_half(end.arc - cars.arc, ts.length),
+            ax=aux.ax, ay=aux.ay, slip_front=aux.slip_front, slip_rear=aux.slip_rear,
+        )
+        flags = {name: (end.events & (1 << bit)) != 0 for bit, name in enumerate(EVENT_FLAGS)}
         return cars, flags
 
     # ------------------------------------------------------------------ views and observations
@@ -518,6 +520,26 @@ def _slipstream(ts: TrackSlice, cars: CarsState, active, car: CarParams) -> jax.
                & (jnp.abs(cars.lateral[None, :] - cars.lateral[:, None]) < car.width))
     tow = jnp.where(in_wake, jnp.clip(1.0 - behind / SLIPSTREAM_RANGE, 0.0, 1.0), 0.0)
     return 1.0 - SLIPSTREAM_DRAG * jnp.max(tow, axis=1)
+
+
+EVENT_FLAGS = ("wall_contact", "hit_from_behind", "hit_other_from_behind", "side_contact")
+
+
+def _pack_events(*flags) -> jax.Array:
+    """Bool arrays in EVENT_FLAGS order as one i32 bit set (one loop output instead of four)."""
+    return sum(flag.astype(jnp.int32) << bit for bit, flag in enumerate(flags))
+
+
+class Substep(NamedTuple):
+    """What one physics substep hands the next ([C] each)."""
+
+    body: VehicleState
+    station: jax.Array
+    arc: jax.Array
+    lateral: jax.Array
+    grip: jax.Array
+    rolling_drag: jax.Array
+    events: jax.Array  # i32 bit set of EVENT_FLAGS seen so far in this agent step
 
 
 class Motion(NamedTuple):
