@@ -3,14 +3,17 @@
 Per car, once per agent step:
 
 * steering: pure pursuit towards a point a speed-dependent distance ahead on the race
-  line shifted sideways by the car's current lane offset;
-* speed: skill x the reference speed a little ahead, with a drag feed-forward, and a
-  time-gap follower that slows down for a slower car ahead in the same lane;
-* lanes: when held up by a slower car, move to a free side of it (if there is track
-  and no car alongside there), then drift back to the race line once clear.
+  line shifted sideways by the car's lane offset, plus yaw-rate feedback;
+* speed: skill x the reference speed a little ahead (with a drag feed-forward), capped
+  by the cornering limit of the path actually driven when off the race line, and by a
+  Gipps-style safe speed behind a slower car in the same lane (able to stop behind it,
+  given how hard it is braking);
+* racecraft: when held up, close into the slipstream and move to a side of the car
+  ahead with track and no car there; side by side, hold the lane (never aim closer than
+  a car width plus a gap to the other car); drift back to the race line once clear.
 
-Skill scales the target speed (1.0 drives the reference profile); aggression in [0, 1]
-shortens the following gap and speeds up lane changes.
+Skill scales the target speed (1.0 drives the reference profile, less a small margin);
+aggression in [0, 1] shortens the following gap and speeds up lane changes.
 """
 
 from __future__ import annotations

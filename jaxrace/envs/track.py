@@ -123,10 +123,10 @@ def _closed_arclength(xy):
     return np.concatenate([[0.0], np.cumsum(seg)])
 
 
-def _resample(xy, values, n, offset=0.0):
+def _resample(xy, values, n):
     """Resamples a closed polyline (and per-point values) at n equally spaced stations."""
     s = _closed_arclength(xy)
-    stations = (offset + np.arange(n) * s[-1] / n) % s[-1]
+    stations = np.arange(n) * s[-1] / n
     closed = np.vstack([xy, xy[:1]])
     out_xy = np.stack([np.interp(stations, s, closed[:, k]) for k in range(2)], axis=1)
     out_vals = [np.interp(stations, s, np.append(v, v[0])) for v in values]
