@@ -144,16 +144,12 @@ def _smooth_periodic(values, sigma_points):
     return np.fft.irfft(np.fft.rfft(values, axis=0) * gain.reshape(shape), n=n, axis=0)
 
 
-def _wrap_angle(a):
-    return (a + np.pi) % (2 * np.pi) - np.pi
-
-
 def _curvature(xy):
     """Signed curvature (1/m) of a closed polyline from headings of neighbouring segments."""
     d = np.roll(xy, -1, axis=0) - xy
     heading = np.arctan2(d[:, 1], d[:, 0])
     length = np.linalg.norm(d, axis=1)
-    turn = _wrap_angle(heading - np.roll(heading, 1))
+    turn = wrap_angle(heading - np.roll(heading, 1))
     return turn / (0.5 * (length + np.roll(length, 1)))
 
 
@@ -459,9 +455,9 @@ def project(ts: TrackSlice, xy: jax.Array, prev_station: jax.Array, window=PROJE
     return Projection(station=station, arc=row.s + along, lateral=lateral, heading=heading, row=row)
 
 
-def wrap_angle(a: jax.Array) -> jax.Array:
-    """Wraps angles to [-pi, pi)."""
-    return (a + jnp.pi) % (2 * jnp.pi) - jnp.pi
+def wrap_angle(a):
+    """Wraps angles to [-pi, pi); numpy in, numpy out; jax in, jax out (jittable)."""
+    return (a + np.pi) % (2 * np.pi) - np.pi
 
 
 def station_at(ts: TrackSlice, arc: jax.Array) -> jax.Array:
