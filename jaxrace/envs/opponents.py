@@ -47,8 +47,8 @@ class DriverInput(NamedTuple):
 
 
 def wrap_half(d: jax.Array, length: jax.Array) -> jax.Array:
-    """Wraps a difference of arc lengths to [-length/2, length/2)."""
-    return (d + 0.5 * length) % length - 0.5 * length
+    """Wraps a difference of arc lengths to [-length/2, length/2] (round, not a slow %)."""
+    return d - length * jnp.round(d / length)
 
 
 def drive(

@@ -40,7 +40,7 @@ class RaceView:
     """f32, m, distance from the car's centre to the nearer track edge (negative outside)."""
 
     heading_error: jax.Array
-    """f32, rad in [-pi, pi), car heading minus track direction (+ pointing left)."""
+    """f32, rad in [-pi, pi], car heading minus track direction (+ pointing left)."""
 
     off_course: jax.Array
     """bool, the car is beyond a track edge by more than the course-out margin."""

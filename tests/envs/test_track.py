@@ -249,3 +249,17 @@ def test_stacked_tracks_and_slices(club):
     np.testing.assert_allclose(np.asarray(lengths), [float(club.length), float(oval.length), float(club.length)])
     with pytest.raises(TrackError, match="num_points"):
         stack_tracks([club, builtin_track("oval", num_points=512)])
+
+
+def test_wraps_agree_with_a_slow_reference():
+    from jaxrace.envs.opponents import wrap_half
+    from jaxrace.envs.track import wrap_angle
+
+    a = np.linspace(-30.0, 30.0, 2001)
+    ref = np.arctan2(np.sin(a), np.cos(a))
+    np.testing.assert_allclose(wrap_angle(a), ref, atol=1e-9)  # numpy in, numpy out
+    np.testing.assert_allclose(np.asarray(wrap_angle(jnp.asarray(a, jnp.float32))), ref, atol=2e-5)
+    d = np.linspace(-2500.0, 2500.0, 1001)
+    got = np.asarray(wrap_half(jnp.asarray(d, jnp.float32), jnp.float32(1000.0)))
+    assert np.all(np.abs(got) <= 500.0 + 1e-3)
+    np.testing.assert_allclose(np.cos(2 * np.pi * got / 1000.0), np.cos(2 * np.pi * d / 1000.0), atol=1e-4)

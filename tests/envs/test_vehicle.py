@@ -167,3 +167,12 @@ def test_sanitize_action(action, clean, bad):
     out, flag = sanitize_action(jnp.array(action, jnp.float32))
     np.testing.assert_allclose(np.asarray(out), clean)
     assert bool(flag) is bad
+
+
+def test_fast_atan_matches_numpy_to_2e_6_rad():
+    from jaxrace.envs.vehicle import fast_atan
+
+    x = np.concatenate([np.linspace(-3.0, 3.0, 60001), np.geomspace(3.0, 1e6, 2000), -np.geomspace(3.0, 1e6, 2000)])
+    got = np.asarray(jax.jit(fast_atan)(jnp.asarray(x, jnp.float32)), np.float64)
+    assert np.abs(got - np.arctan(x)).max() < 2e-6
+    assert float(fast_atan(jnp.float32(0.0))) == 0.0
