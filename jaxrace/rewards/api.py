@@ -107,3 +107,54 @@ class Action:
 
     throttle_brake: jax.Array
     """f32, > 0 throttle (1 = full), < 0 brake (-1 = full)."""
+
+
+REWARD_SIGNATURE = '''\
+def reward(prev: RaceView, action: Action, curr: RaceView, params: dict) -> tuple[jax.Array, dict[str, jax.Array]]:
+    """The reward for one agent step from `prev` to `curr` under `action`.
+
+    Returns (total, components): `total` a float32 scalar, `components` a dict of named
+    float32 scalars (what each term contributed; they need not sum to `total`).
+    """'''
+
+RULES = """\
+Rules for a reward program (it is compiled to pure JAX, then jitted and vmapped over
+thousands of cars, so every value you compute is a traced array, not a Python number):
+1. Define `reward(prev, action, curr)`, or `reward(prev, action, curr, params)` when the
+   program declares tunable weights as a module-level `PARAMS = {"name": number, ...}`;
+   read them as `params["name"]` (tuning changes them without touching your code).
+   Helper functions are allowed.
+2. Use `jnp` (jax.numpy), `jax.nn`, `jax.lax` and `math`; they are already available.
+   Do not import anything. There is no `np`, no I/O, no randomness, no clock.
+3. No Python `if`, `and`, `or`, `not`, `min` or `max` on traced values: use
+   `jnp.where(cond, a, b)`, `a & b`, `a | b`, `~a`, `jnp.minimum`, `jnp.maximum`,
+   `jnp.abs`, `jnp.clip`. Booleans become numbers with `.astype(jnp.float32)`.
+4. No `while` loops, no `global`, no classes, no `try`, no names or attributes that start
+   with `_`, no `getattr`/`eval`/`exec`/`open`, no `jax.debug` or callbacks.
+5. Return a float32 scalar and a dict of float32 scalars with string keys. The result
+   must be finite for every input: guard divisions, e.g. `x / jnp.maximum(d, 1e-3)`;
+   `gap_ahead` is NO_GAP (10000 m) when there is no car ahead, and `last_lap_time` is 0
+   before the first lap is done.
+"""
+
+
+def api_text() -> str:
+    """The reward API as shown to an LLM: `RaceView`, `Action`, the signature and rules.
+
+    Generated from this module's own source, so it never drifts from the definitions.
+    """
+    import ast
+    import inspect
+    import sys
+
+    source = inspect.getsource(sys.modules[__name__])
+    tree = ast.parse(source)
+    parts = [ast.get_docstring(tree) or ""]
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "NO_GAP" for t in node.targets):
+            parts.append(source.splitlines()[node.lineno - 1])
+        if isinstance(node, ast.ClassDef):
+            lines = source.splitlines()[node.lineno - 1:node.end_lineno]  # the class without its decorator
+            parts.append("\n".join(lines))
+    parts += ["The entry point:\n\n" + REWARD_SIGNATURE, RULES]
+    return "\n\n".join(parts)

@@ -1,0 +1,71 @@
+"""Reference rewards, written as reward programs and compiled by the same compiler.
+
+- `progress`: centre-line progress per step, the only reward of the GT7 vision agent.
+- `gt_sophy`: a GT Sophy style sum: progress, off-course, wall, tyre slip, passing and
+  collision terms (with extra weight when we run into the back of another car).
+"""
+
+from __future__ import annotations
+
+from jaxrace.rewards.compiler import CompiledReward, compile_reward
+
+PROGRESS = '''\
+"""Progress along the centre line in metres per step (the GT7 vision paper's reward)."""
+
+
+def reward(prev, action, curr):
+    progress = curr.progress - prev.progress
+    return progress, {"progress": progress}
+'''
+
+GT_SOPHY = '''\
+"""A GT Sophy style reward: progress, minus penalties for leaving the course, hitting a
+wall, sliding and colliding, plus a bonus for passing. Units: metres of progress."""
+
+PARAMS = {
+    "w_progress": 1.0,     # per metre of centre-line progress
+    "w_off_course": 1.5,   # per metre driven while off course
+    "w_wall": 1.0,         # per (10 m/s)^2 of speed at a wall contact
+    "w_slip": 10.0,        # per radian of tyre slip beyond the grip peak (0.13 rad)
+    "w_pass": 5.0,         # per position gained
+    "w_close": 0.2,        # per metre closed on the car ahead, when within 50 m
+    "w_collision": 2.0,    # any contact with another car
+    "w_rear_end": 6.0,     # extra, for running into the back of another car
+}
+DT = 0.1  # s per agent step
+SLIP_PEAK = 0.13  # rad
+CLOSE_RANGE = 50.0  # m
+
+
+def reward(prev, action, curr, params):
+    f32 = jnp.float32
+    progress = curr.progress - prev.progress
+    off_course = curr.off_course.astype(f32) * curr.speed * DT
+    wall = curr.wall_contact.astype(f32) * jnp.square(curr.speed / 10.0)
+    slip = jnp.maximum(curr.tyre_slip - SLIP_PEAK, 0.0)
+    positions = (prev.rank - curr.rank).astype(f32)
+    same_car_ahead = (prev.rank == curr.rank) & (prev.gap_ahead < CLOSE_RANGE) & (curr.gap_ahead < CLOSE_RANGE)
+    closing = jnp.where(same_car_ahead, prev.gap_ahead - curr.gap_ahead, 0.0)
+    contact = (curr.side_contact | curr.hit_from_behind | curr.hit_other_from_behind).astype(f32)
+    rear_end = curr.hit_other_from_behind.astype(f32)
+    components = {
+        "progress": params["w_progress"] * progress,
+        "off_course": -params["w_off_course"] * off_course,
+        "wall": -params["w_wall"] * wall,
+        "slip": -params["w_slip"] * slip,
+        "passing": params["w_pass"] * positions + params["w_close"] * closing,
+        "collision": -params["w_collision"] * contact,
+        "rear_end": -params["w_rear_end"] * rear_end,
+    }
+    total = sum(components.values())
+    return total, components
+'''
+
+LIBRARY = {"progress": PROGRESS, "gt_sophy": GT_SOPHY}
+
+
+def library_reward(name: str, **compile_options) -> CompiledReward:
+    """A reference reward by name ('progress' or 'gt_sophy'), compiled."""
+    if name not in LIBRARY:
+        raise KeyError(f"no library reward '{name}'; choose from {sorted(LIBRARY)}")
+    return compile_reward(LIBRARY[name], name=name, **compile_options)

@@ -1,0 +1,141 @@
+"""The offline proposer: reward programs composed from library terms at random.
+
+It is not an LLM. It picks terms (always one that pays for progress), their weights and
+a structure from a key, leaning on words in the task ("cleanly" makes the collision
+terms certain, "win" or "overtake" the passing terms, and so on), and writes each
+candidate as a reward program with its weights in PARAMS. It lets the reward-design
+loop run end to end with no network; the programs it writes go through the same
+compiler as an LLM's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+
+import jax
+import numpy as np
+
+# name: (expression in prev/action/curr, default weight, task words that make it certain)
+TERMS = {
+    "progress": ("curr.progress - prev.progress", 1.0, ()),
+    "pace": ("(curr.progress - prev.progress) / jnp.maximum(0.1 * curr.reference_speed, 0.5)", 4.0, ()),
+    "speed_match": ("-jnp.abs(curr.speed - curr.reference_speed) / 10.0", 0.5,
+                    ("fast", "quick", "lap time", "time trial", "pace")),
+    "off_course": ("-curr.off_course.astype(f32) * (1.0 + 0.1 * curr.speed)", 2.0,
+                   ("track limits", "on track", "clean", "stay")),
+    "edge": ("-jnp.maximum(-curr.edge_margin, 0.0)", 0.5, ("track limits", "on track")),
+    "kerb": ("-curr.on_kerb.astype(f32)", 0.2, ("kerb",)),
+    "wall": ("-curr.wall_contact.astype(f32) * jnp.square(curr.speed / 10.0)", 1.0, ("wall", "clean", "safe")),
+    "slip": ("-jnp.maximum(curr.tyre_slip - 0.13, 0.0)", 10.0, ("smooth", "tyre", "tire")),
+    "heading": ("-jnp.abs(curr.heading_error)", 0.5, ("smooth",)),
+    "steering_effort": ("-jnp.square(action.steering)", 0.2, ("smooth",)),
+    "positions": ("(prev.rank - curr.rank).astype(f32)", 5.0,
+                  ("win", "overtake", "pass", "position", "back of the grid", "race")),
+    "closing": ("jnp.where((prev.rank == curr.rank) & (curr.gap_ahead < 50.0) & (prev.gap_ahead < 50.0), "
+                "prev.gap_ahead - curr.gap_ahead, 0.0)", 0.2, ("win", "overtake", "pass", "chase")),
+    "leading": ("(curr.rank == 1).astype(f32) * (curr.num_cars > 1).astype(f32)", 0.2, ("win", "lead")),
+    "rear_end": ("-curr.hit_other_from_behind.astype(f32)", 6.0, ("clean", "safe", "no contact", "collision")),
+    "contact": ("-(curr.side_contact | curr.hit_from_behind | curr.hit_other_from_behind).astype(f32)", 2.0,
+                ("clean", "safe", "no contact", "collision")),
+    "lap_bonus": ("(curr.laps > prev.laps).astype(f32)", 20.0, ("lap",)),
+    "finish": ("(curr.finished & ~prev.finished).astype(f32) * (curr.num_cars - curr.rank + 1).astype(f32)", 20.0,
+               ("win", "finish")),
+    "time": ("-jnp.ones_like(curr.speed)", 0.1, ()),
+}
+PROGRESS_TERMS = ("progress", "pace")
+STRUCTURES = {
+    "sum": "weighted sum",
+    "gated": "weighted sum with progress paid only on the course",
+    "clipped": "weighted sum clipped to [-cap, cap]",
+    "squashed": "weighted sum squashed by cap * tanh(total / cap)",
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class ProposedReward:
+    """One proposed candidate: a reward program and how it was composed."""
+
+    name: str
+    source: str
+    terms: tuple[str, ...]
+    structure: str
+    weights: dict[str, float]
+
+
+def _rng(key: jax.Array) -> np.random.Generator:
+    data = jax.random.key_data(key) if jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key) else key
+    return np.random.default_rng(np.asarray(data, np.uint32).ravel().tolist())
+
+
+def _program(task: str, index: int, m: int, terms: list[str], structure: str, weights: dict[str, float],
+             cap: float) -> str:
+    task_line = " ".join(task.split())[:200].replace('"""', "'''")
+    lines = [
+        f'"""Offline proposal {index + 1} of {m} (jaxrace offline proposer, not an LLM): '
+        f'{STRUCTURES[structure]} of {", ".join(terms)}."""',
+        f"# task: {task_line}",
+        "",
+        "PARAMS = {",
+        *[f'    "w_{t}": {weights[t]:.4g},' for t in terms],
+        *([f'    "cap": {cap:.4g},'] if structure in ("clipped", "squashed") else []),
+        "}",
+        "",
+        "",
+        "def reward(prev, action, curr, params):",
+        "    f32 = jnp.float32",
+    ]
+    for t in terms:
+        lines.append(f'    {t} = params["w_{t}"] * ({TERMS[t][0]})')
+    if structure == "gated":  # progress counts only while on the course
+        progress_term = next(t for t in terms if t in PROGRESS_TERMS)
+        lines.append(f"    {progress_term} = {progress_term} * (1.0 - curr.off_course.astype(f32))")
+    lines.append("    components = {" + ", ".join(f'"{t}": {t}' for t in terms) + "}")
+    lines.append("    total = sum(components.values())")
+    if structure == "clipped":
+        lines.append('    total = jnp.clip(total, -params["cap"], params["cap"])')
+    elif structure == "squashed":
+        lines.append('    total = params["cap"] * jnp.tanh(total / params["cap"])')
+    lines.append("    return total, components")
+    return "\n".join(lines) + "\n"
+
+
+def propose(task: str, m: int, key: jax.Array) -> list[ProposedReward]:
+    """M different reward programs for `task`, deterministic per `key`.
+
+    Args:
+        task: the task in words; words in it make some terms certain.
+        m: how many candidates (distinct programs).
+        key: a JAX PRNG key.
+
+    Returns:
+        M `ProposedReward`s; compile each `.source` with `compile_reward`.
+    """
+    if m < 1:
+        raise ValueError(f"m must be at least 1, got {m}")
+    rng = _rng(key)
+    lowered = task.lower()
+    certain = [t for t, (_, _, words) in TERMS.items() if any(w in lowered for w in words)]
+    optional = [t for t in TERMS if t not in certain and t not in PROGRESS_TERMS]
+    proposals, seen = [], set()
+    for _ in range(50 * m):
+        if len(proposals) == m:
+            break
+        terms = [str(rng.choice(PROGRESS_TERMS))]
+        extra = [t for t in certain if t not in PROGRESS_TERMS]
+        k = int(rng.integers(1, min(5, len(optional)) + 1))
+        extra += [str(t) for t in rng.choice(optional, size=k, replace=False)]
+        terms += [t for t in TERMS if t in extra and t not in terms]  # a stable order
+        structure = str(rng.choice(list(STRUCTURES)))
+        weights = {t: float(TERMS[t][1] * np.exp(rng.uniform(np.log(0.3), np.log(3.0)))) for t in terms}
+        cap = float(rng.uniform(5.0, 30.0))
+        index = len(proposals)
+        source = _program(task, index, m, terms, structure, weights, cap)
+        body = source.split("\n", 2)[2]  # the program without its numbered docstring and task line
+        digest = hashlib.sha256(body.encode()).hexdigest()
+        if digest in seen:
+            continue
+        seen.add(digest)
+        proposals.append(ProposedReward(name=f"offline-{index + 1}", source=source, terms=tuple(terms),
+                                        structure=structure, weights=weights))
+    return proposals

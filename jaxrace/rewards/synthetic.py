@@ -1,0 +1,115 @@
+"""A synthetic batch of transitions that exercises a reward's edge cases.
+
+The compiler runs every program on it (stage 4 and 5); each transition carries the name
+of the case it belongs to so that a non-finite result can be reported as "inf when the
+car is at rest" rather than "inf at index 3".
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax.numpy as jnp
+import numpy as np
+
+from jaxrace.rewards.api import NO_GAP, Action, RaceView
+
+_INT_FIELDS = ("rank", "start_rank", "num_cars", "laps")
+_BOOL_FIELDS = ("off_course", "on_kerb", "wall_contact", "hit_from_behind", "hit_other_from_behind",
+                "side_contact", "finished")
+
+_BASE = dict(
+    progress=1234.5, lap_progress=0.3, speed=45.0, longitudinal_accel=2.0, lateral_accel=5.0,
+    lateral_offset=1.0, edge_margin=4.0, heading_error=0.05, off_course=False, on_kerb=False,
+    wall_contact=False, tyre_slip=0.05, hit_from_behind=False, hit_other_from_behind=False, side_contact=False,
+    rank=4, start_rank=8, num_cars=8, gap_ahead=12.0, gap_behind=20.0, laps=1, lap_time=30.0,
+    last_lap_time=95.0, time=125.0, finished=False, reference_speed=55.0,
+)
+_PREV_DELTA = dict(progress=-4.5, lap_progress=-0.001, lap_time=-0.1, time=-0.1, gap_ahead=0.3, gap_behind=-0.2)
+
+# (case, changes to prev, changes to curr, action (steering, throttle_brake))
+_CASES = (
+    ("mid-race, driving normally", {}, {}, (0.1, 0.8)),
+    ("a car at rest on the grid (speed 0, progress < 0, time 0, laps 0, last_lap_time 0)",
+     dict(progress=-20.0, speed=0.0, time=0.0, lap_time=0.0, laps=0, last_lap_time=0.0, lap_progress=0.99),
+     dict(progress=-20.0, speed=0.0, time=0.0, lap_time=0.0, laps=0, last_lap_time=0.0, lap_progress=0.99,
+          longitudinal_accel=0.0, lateral_accel=0.0, tyre_slip=0.0), (0.0, 0.0)),
+    ("before the first lap is done (laps 0, last_lap_time 0)",
+     dict(laps=0, last_lap_time=0.0), dict(laps=0, last_lap_time=0.0), (0.0, 1.0)),
+    ("no car ahead or behind (gap_ahead = gap_behind = NO_GAP, rank 1, num_cars 1)",
+     dict(gap_ahead=NO_GAP, gap_behind=NO_GAP, rank=1, start_rank=1, num_cars=1),
+     dict(gap_ahead=NO_GAP, gap_behind=NO_GAP, rank=1, start_rank=1, num_cars=1), (0.0, 1.0)),
+    ("leading with cars behind (rank 1, gap_ahead = NO_GAP)",
+     dict(rank=1, gap_ahead=NO_GAP), dict(rank=1, gap_ahead=NO_GAP), (-0.2, 1.0)),
+    ("last place (rank = num_cars, gap_behind = NO_GAP)",
+     dict(rank=8, gap_behind=NO_GAP), dict(rank=8, gap_behind=NO_GAP), (0.2, 1.0)),
+    ("an overtake during the step (rank 5 -> 4)", dict(rank=5, gap_ahead=1.0), dict(rank=4, gap_ahead=30.0),
+     (0.0, 1.0)),
+    ("overtaken during the step (rank 4 -> 5)", dict(rank=4), dict(rank=5), (0.0, -0.5)),
+    ("off course, on a kerb, against a wall and sliding",
+     {}, dict(off_course=True, on_kerb=True, wall_contact=True, edge_margin=-3.0, lateral_offset=9.0,
+              tyre_slip=0.9, heading_error=1.2, speed=20.0), (1.0, -1.0)),
+    ("collisions (hit from behind, hit another from behind, side contact)",
+     {}, dict(hit_from_behind=True, hit_other_from_behind=True, side_contact=True, gap_ahead=0.0), (-1.0, 1.0)),
+    ("a lap completed during the step (laps 1 -> 2, lap_time resets)",
+     dict(laps=1, lap_progress=0.999, lap_time=96.0), dict(laps=2, lap_progress=0.002, lap_time=0.05,
+                                                           last_lap_time=96.05), (0.0, 1.0)),
+    ("the race finished during the step", dict(finished=False), dict(finished=True, laps=3), (0.0, 0.0)),
+    ("driving backwards (progress falls, heading_error = pi)",
+     dict(progress=1240.0), dict(progress=1238.0, heading_error=float(np.pi), speed=20.0), (0.0, 0.5)),
+    ("zero gaps (cars level, gap_ahead = gap_behind = 0)",
+     dict(gap_ahead=0.0, gap_behind=0.0), dict(gap_ahead=0.0, gap_behind=0.0), (0.0, 1.0)),
+)
+NUM_RANDOM = 50
+
+
+def _random_state(rng: np.random.Generator) -> dict:
+    num_cars = int(rng.integers(1, 9))
+    rank = int(rng.integers(1, num_cars + 1))
+    return dict(
+        progress=float(rng.uniform(-30, 20_000)), lap_progress=float(rng.uniform(0, 1)),
+        speed=float(rng.uniform(0, 80)), longitudinal_accel=float(rng.uniform(-30, 10)),
+        lateral_accel=float(rng.uniform(-25, 25)), lateral_offset=float(rng.uniform(-12, 12)),
+        edge_margin=float(rng.uniform(-6, 7)), heading_error=float(rng.uniform(-np.pi, np.pi)),
+        off_course=bool(rng.random() < 0.2), on_kerb=bool(rng.random() < 0.2), wall_contact=bool(rng.random() < 0.1),
+        tyre_slip=float(rng.uniform(0, 0.6)), hit_from_behind=bool(rng.random() < 0.1),
+        hit_other_from_behind=bool(rng.random() < 0.1), side_contact=bool(rng.random() < 0.1),
+        rank=rank, start_rank=int(rng.integers(1, num_cars + 1)), num_cars=num_cars,
+        gap_ahead=float(rng.uniform(0, 200)) if rank > 1 else NO_GAP,
+        gap_behind=float(rng.uniform(0, 200)) if rank < num_cars else NO_GAP,
+        laps=int(rng.integers(0, 4)), lap_time=float(rng.uniform(0, 140)),
+        last_lap_time=float(rng.uniform(80, 140)), time=float(rng.uniform(0, 500)),
+        finished=bool(rng.random() < 0.05), reference_speed=float(rng.uniform(20, 80)),
+    )
+
+
+def _stack(rows: list[dict]) -> RaceView:
+    def column(name):
+        dtype = jnp.int32 if name in _INT_FIELDS else (jnp.bool_ if name in _BOOL_FIELDS else jnp.float32)
+        return jnp.asarray(np.array([r[name] for r in rows]), dtype=dtype)
+
+    return RaceView(**{f.name: column(f.name) for f in dataclasses.fields(RaceView)})
+
+
+def synthetic_batch() -> tuple[RaceView, Action, RaceView, tuple[str, ...]]:
+    """(prev, action, curr, case names): B transitions, every field with leading axis B."""
+    rng = np.random.default_rng(20261122)
+    prevs, currs, actions, names = [], [], [], []
+    for name, prev_changes, curr_changes, action in _CASES:
+        prev = {k: v + _PREV_DELTA[k] if k in _PREV_DELTA else v for k, v in _BASE.items()}
+        prevs.append({**prev, **prev_changes})
+        currs.append({**_BASE, **curr_changes})
+        actions.append(action)
+        names.append(name)
+    for _ in range(NUM_RANDOM):
+        curr = _random_state(rng)
+        prev = {**curr, "progress": curr["progress"] - curr["speed"] * 0.1 * float(rng.uniform(0.8, 1.1)),
+                "rank": int(np.clip(curr["rank"] + rng.integers(-1, 2), 1, curr["num_cars"])),
+                "time": max(curr["time"] - 0.1, 0.0)}
+        prevs.append(prev)
+        currs.append(curr)
+        actions.append(tuple(rng.uniform(-1, 1, 2)))
+        names.append("random mid-race state")
+    action = Action(steering=jnp.asarray([a[0] for a in actions], jnp.float32),
+                    throttle_brake=jnp.asarray([a[1] for a in actions], jnp.float32))
+    return _stack(prevs), action, _stack(currs), tuple(names)

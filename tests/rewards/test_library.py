@@ -1,0 +1,70 @@
+"""Exact values of the library rewards on hand-built RaceViews."""
+
+import numpy as np
+import pytest
+from race_views import action, view
+
+from jaxrace.rewards import NO_GAP, library_reward
+
+
+def test_progress_is_metres_along_the_centre_line():
+    r = library_reward("progress")
+    total, comps = r(view(progress=100.0), action(), view(progress=104.25))
+    assert float(total) == pytest.approx(4.25) and float(comps["progress"]) == pytest.approx(4.25)
+    total, _ = r(view(progress=100.0), action(), view(progress=98.0))
+    assert float(total) == pytest.approx(-2.0)
+
+
+def gt_sophy(prev, curr, **params):
+    total, comps = library_reward("gt_sophy")(prev, action(), curr, params or None)
+    return float(total), {k: float(v) for k, v in comps.items()}
+
+
+def test_gt_sophy_clean_driving_is_progress_only():
+    total, comps = gt_sophy(view(progress=100.0), view(progress=104.0, tyre_slip=0.1))
+    assert total == pytest.approx(4.0)
+    assert comps["progress"] == pytest.approx(4.0)
+    assert all(v == 0.0 for k, v in comps.items() if k != "progress")
+
+
+def test_gt_sophy_penalties_have_their_documented_sizes():
+    prev = view(progress=100.0)
+    curr = view(progress=102.0, speed=30.0, off_course=True, wall_contact=True, tyre_slip=0.33)
+    total, comps = gt_sophy(prev, curr)
+    assert comps["off_course"] == pytest.approx(-1.5 * 30.0 * 0.1)
+    assert comps["wall"] == pytest.approx(-1.0 * 9.0)
+    assert comps["slip"] == pytest.approx(-10.0 * 0.2, rel=1e-5)
+    assert total == pytest.approx(2.0 - 4.5 - 9.0 - 2.0, rel=1e-5)
+
+
+def test_gt_sophy_collisions_weigh_more_when_we_hit_from_behind():
+    _, side = gt_sophy(view(), view(progress=100.0, side_contact=True))
+    _, ours = gt_sophy(view(), view(progress=100.0, hit_other_from_behind=True))
+    _, theirs = gt_sophy(view(), view(progress=100.0, hit_from_behind=True))
+    assert side["collision"] == theirs["collision"] == pytest.approx(-2.0)
+    assert side["rear_end"] == theirs["rear_end"] == 0.0
+    assert ours["collision"] + ours["rear_end"] == pytest.approx(-8.0)
+
+
+def test_gt_sophy_passing_pays_positions_and_closing_on_the_car_ahead():
+    _, passed = gt_sophy(view(rank=5, gap_ahead=2.0), view(rank=4, gap_ahead=30.0))
+    assert passed["passing"] == pytest.approx(5.0)  # gap terms ignored: a different car is ahead now
+    _, closing = gt_sophy(view(rank=4, gap_ahead=20.0), view(rank=4, gap_ahead=17.5))
+    assert closing["passing"] == pytest.approx(0.2 * 2.5)
+    _, alone = gt_sophy(view(rank=1, gap_ahead=NO_GAP), view(rank=1, gap_ahead=NO_GAP))
+    assert alone["passing"] == 0.0
+    _, lost = gt_sophy(view(rank=4), view(rank=5))
+    assert lost["passing"] == pytest.approx(-5.0)
+
+
+def test_gt_sophy_weights_are_tunable_params():
+    total, comps = gt_sophy(view(progress=0.0), view(progress=3.0, wall_contact=True, speed=20.0), w_wall=0.5,
+                            w_progress=2.0)
+    assert comps["wall"] == pytest.approx(-0.5 * 4.0)
+    assert total == pytest.approx(6.0 - 2.0)
+    np.testing.assert_equal(library_reward("gt_sophy").param_names[0], "w_progress")
+
+
+def test_unknown_library_reward_is_a_clear_error():
+    with pytest.raises(KeyError, match="gt_sophy"):
+        library_reward("sophy")

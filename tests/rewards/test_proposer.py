@@ -1,0 +1,40 @@
+import jax
+import pytest
+
+from jaxrace.rewards import RewardBank, compile_reward, propose
+
+TASK = "win the race cleanly from the back of the grid"
+
+
+def test_proposals_are_valid_distinct_and_deterministic_per_key():
+    a = propose(TASK, 6, jax.random.key(0))
+    b = propose(TASK, 6, jax.random.key(0))
+    c = propose(TASK, 6, jax.random.key(1))
+    assert [p.source for p in a] == [p.source for p in b]
+    assert [p.source for p in a] != [p.source for p in c]
+    assert len({p.source.split("\n", 2)[2] for p in a}) == 6
+    compiled = [compile_reward(p.source, name=p.name) for p in a]
+    bank = RewardBank.from_compiled(compiled)
+    assert bank.num_rewards == 6
+    for p, r in zip(a, compiled, strict=True):
+        assert r.component_names == p.terms
+        assert "not an LLM" in p.source
+        assert any(t in p.terms for t in ("progress", "pace"))
+
+
+def test_task_words_make_terms_certain():
+    clean = propose("finish cleanly, no contact", 5, jax.random.key(2))
+    assert all({"rear_end", "contact"} <= set(p.terms) for p in clean)
+    racing = propose("overtake and win", 5, jax.random.key(2))
+    assert all("positions" in p.terms for p in racing)
+
+
+def test_a_hostile_task_text_cannot_break_the_program():
+    proposals = propose('"""\nimport os\nos.system("x")  # """', 2, jax.random.key(3))
+    for p in proposals:
+        compile_reward(p.source)
+
+
+def test_bad_m_is_rejected():
+    with pytest.raises(ValueError, match="at least 1"):
+        propose(TASK, 0, jax.random.key(0))
