@@ -42,6 +42,39 @@ def _race(args) -> int:
     return 0
 
 
+def _reward(args) -> int:
+    from pathlib import Path
+
+    from jaxrace.rewards import RewardCompileError, api_text, compile_reward, propose
+
+    if args.reward_command == "api":
+        print(api_text())
+        return 0
+    if args.reward_command == "propose":
+        if args.m < 1:
+            raise SystemExit("error: -m must be at least 1")
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        for p in propose(args.task, args.m, jax.random.key(args.seed)):
+            (out / f"{p.name}.py").write_text(p.source)
+            print(f"{out / (p.name + '.py')}: {p.structure}, terms {', '.join(p.terms)}")
+        return 0
+    status = 0
+    for path in args.files:
+        try:
+            r = compile_reward(Path(path).read_text(), name=Path(path).stem)
+        except OSError as err:
+            print(f"{path}: cannot read: {err}", file=sys.stderr)
+            status = 1
+        except RewardCompileError as err:
+            print(f"{path}:{err.lineno or 0}: {err}", file=sys.stderr)
+            status = 1
+        else:
+            print(f"{path}: ok, components {list(r.component_names)}, PARAMS {dict(r.params)}, "
+                  f"sha256 {r.sha256[:12]}")
+    return status
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="jaxrace", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command")
@@ -53,7 +86,19 @@ def main(argv=None) -> int:
     race.add_argument("--seed", type=int, default=0)
     race.add_argument("--ego-skill", type=float, default=1.0, help="the AI skill driving the ego car")
     race.add_argument("--steps", type=int, default=None, help="agent steps to simulate (default: enough)")
+    reward = sub.add_parser("reward", help="reward programs: show the API, check programs, propose offline")
+    reward_sub = reward.add_subparsers(dest="reward_command", required=True)
+    reward_sub.add_parser("api", help="print the API text an LLM is shown")
+    check = reward_sub.add_parser("check", help="compile reward programs (sandboxed) and report")
+    check.add_argument("files", nargs="+", help="Python source files, each defining reward(prev, action, curr)")
+    prop = reward_sub.add_parser("propose", help="write M programs from the offline proposer (not an LLM)")
+    prop.add_argument("--task", default="win the race cleanly from the back of the grid")
+    prop.add_argument("-m", type=int, default=8)
+    prop.add_argument("--seed", type=int, default=0)
+    prop.add_argument("--out", default="proposals")
     args = parser.parse_args(argv)
+    if args.command == "reward":
+        return _reward(args)
     if args.command is None:  # the main job on embedded defaults
         args = parser.parse_args(["race", *(argv or [])])
     if args.start == "time_trial":

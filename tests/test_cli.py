@@ -19,3 +19,21 @@ def test_bad_input_is_an_error_message_not_a_traceback(capsys):
     assert "unknown track 'monaco'" in capsys.readouterr().err
     assert main(["race", "--opponents", "25"]) == 2
     assert "num_opponents" in capsys.readouterr().err
+
+
+def test_reward_propose_then_check_round_trips(tmp_path, capsys):
+    assert main(["reward", "propose", "-m", "2", "--out", str(tmp_path), "--task", "overtake cleanly"]) == 0
+    files = sorted(tmp_path.glob("*.py"))
+    assert [f.name for f in files] == ["offline-1.py", "offline-2.py"]
+    bad = tmp_path / "bad.py"
+    bad.write_text("def reward(prev, action, curr):\n    return curr.spd, {}\n")
+    capsys.readouterr()
+    assert main(["reward", "check", *map(str, files), str(bad)]) == 1
+    captured = capsys.readouterr()
+    assert captured.out.count(": ok, components") == 2
+    assert f"{bad}:2: policy error (line 2): RaceView has no field 'spd'; did you mean 'speed'?" in captured.err
+
+
+def test_reward_api_prints_the_llm_api(capsys):
+    assert main(["reward", "api"]) == 0
+    assert "class RaceView" in capsys.readouterr().out
