@@ -20,6 +20,7 @@ import jax.numpy as jnp
 from flax import struct
 
 from jaxrace.envs import opponents
+from jaxrace.envs.render import TrackTextures, make_renderer, make_textures
 from jaxrace.envs.track import (
     Projection,
     StationRow,
@@ -50,8 +51,10 @@ class StaticParams:
     lookahead_points: int = 30  # track-edge stations ahead in the privileged observation
     lookahead_spacing: float = 10.0  # m between them
     opponent_slots: int = 6  # nearest opponents in the privileged observation
-    # Pixel observations (renderer) will be configured here; obs is a dict so that
-    # "pixels" can join "proprio" and "privileged" without changing the rest.
+    pixels: bool = False  # add obs["pixels"], uint8[H, W, 3] from the ego camera
+    image_size: tuple[int, int] = (64, 64)  # (H, W)
+    camera: str = "chase"  # "chase" (behind and above, looking ahead) or "topdown"
+    texture_size: int = 2048  # texels per side of each track's ground texture
 
     def __post_init__(self):
         if not 0 <= self.num_opponents <= MAX_OPPONENTS:
@@ -60,6 +63,11 @@ class StaticParams:
             raise ValueError(f"start must be one of {START_MODES}, got {self.start!r}")
         if self.start == "time_trial" and self.num_opponents:
             raise ValueError("start='time_trial' races alone: use num_opponents=0")
+        if self.camera not in ("chase", "topdown"):
+            raise ValueError(f"camera must be 'chase' or 'topdown', got {self.camera!r}")
+        if len(self.image_size) != 2 or min(self.image_size) < 8:
+            raise ValueError(f"image_size must be (H, W) with both at least 8, got {self.image_size}")
+        object.__setattr__(self, "image_size", tuple(int(x) for x in self.image_size))
         if self.substeps < 1 or self.dt <= 0:
             raise ValueError(f"need substeps >= 1 and dt > 0, got substeps={self.substeps}, dt={self.dt}")
 
@@ -99,6 +107,7 @@ class EnvParams:
     wall_restitution: jax.Array  # f32, bounce of the normal speed at a wall
     wall_friction: jax.Array  # f32, speed lost at a wall per unit of normal/tangential speed
     car_restitution: jax.Array  # f32, bounce in car-car contacts
+    textures: TrackTextures | None = None  # render data per track; None unless static.pixels
 
 
 class CarsState(NamedTuple):
@@ -163,6 +172,7 @@ class RaceEnv:
 
     def __init__(self, static: StaticParams):
         self.static = static
+        self._render = make_renderer(static) if static.pixels else None
 
     # ------------------------------------------------------------------ params
 
@@ -191,6 +201,7 @@ class RaceEnv:
             wall_restitution=jnp.float32(0.1),
             wall_friction=jnp.float32(0.5),
             car_restitution=jnp.float32(0.3),
+            textures=make_textures(tracks, self.static.texture_size) if self.static.pixels else None,
         )
         unknown = set(overrides) - set(base)
         if unknown:
@@ -209,7 +220,16 @@ class RaceEnv:
     def observation_shapes(self) -> dict[str, tuple[int, ...]]:
         """Shapes of the observation dict's entries (all float32)."""
         s = self.static
-        return {"proprio": (PROPRIO_SIZE,), "privileged": (4 * s.lookahead_points + 5 * s.num_slots,)}
+        shapes = {"proprio": (PROPRIO_SIZE,), "privileged": (4 * s.lookahead_points + 5 * s.num_slots,)}
+        if s.pixels:
+            shapes["pixels"] = (*s.image_size, 3)
+        return shapes
+
+    def render(self, state: EnvState, params: EnvParams, car: int | jax.Array = 0) -> jax.Array:
+        """uint8[H, W, 3], the camera image of `car` (needs static.pixels)."""
+        if self._render is None:
+            raise ValueError("this env renders nothing: make it with pixels=True")
+        return self._render(params.textures, state, car)
 
     # ------------------------------------------------------------------ reset
 
@@ -492,7 +512,10 @@ class RaceEnv:
             present = jnp.isfinite(dist[nearest])
             slots = jnp.stack([px / 50.0, py / 50.0, rvx / 20.0, rvy / 20.0, jnp.ones_like(px)], axis=-1)
             parts.append(jnp.where(present[:, None], slots, 0.0).reshape(-1))
-        return {"proprio": proprio, "privileged": jnp.concatenate(parts).astype(jnp.float32)}
+        obs = {"proprio": proprio, "privileged": jnp.concatenate(parts).astype(jnp.float32)}
+        if self._render is not None:
+            obs["pixels"] = self._render(params.textures, state, 0)
+        return obs
 
 
 PROPRIO_SIZE = 20

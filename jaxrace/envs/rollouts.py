@@ -125,3 +125,19 @@ def format_summary(summary: RaceSummary, skills=None) -> str:
     lines.append(f"overtakes {summary.overtakes}, car contacts {summary.contacts}, "
                  f"course-outs {summary.course_outs}, wall hits {summary.wall_hits}")
     return "\n".join(lines)
+
+
+def ai_trajectory(env: RaceEnv, params: EnvParams, key: jax.Array, num_steps: int):
+    """The stacked EnvState of an AI race: leading axis `num_steps + 1` (the reset state first).
+
+    Jit it with `num_steps` static: `jax.jit(ai_trajectory, static_argnums=(0, 3))`.
+    This is what `jaxrace.envs.video` renders.
+    """
+    _, state = env.reset(key, params)
+
+    def body(state, step_key):
+        _, state, *_ = env.step_env(step_key, state, env.ai_action(state, params), params)
+        return state, state
+
+    _, states = jax.lax.scan(body, state, jax.random.split(key, num_steps))
+    return jax.tree.map(lambda first, rest: jnp.concatenate([first[None], rest]), state, states)
