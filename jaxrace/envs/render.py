@@ -44,6 +44,7 @@ CAR_COLOURS = [(30, 120, 230), (230, 110, 30), (150, 60, 200), (20, 190, 190), (
 CLASS = {name: i for i, (name, _) in enumerate(_CLASSES)}
 CAR_BASE = len(_CLASSES)
 PALETTE = np.array([c for _, c in _CLASSES] + CAR_COLOURS, np.uint8)
+CAR_SLOT = len(PALETTE)  # chase camera: classes CAR_SLOT + k are the k-th car from the back
 
 CAR_LENGTH, CAR_WIDTH, CAR_HEIGHT = 4.6, 2.0, 1.25  # m, the drawn box
 SKYLINE_ANGLES = 512
@@ -228,7 +229,15 @@ def make_renderer(static) -> callable:
         raise ValueError(f"camera must be one of {CAMERAS}, got {static.camera!r}")
     if h < 8 or w < 8:
         raise ValueError(f"image_size must be at least (8, 8), got {static.image_size}")
-    palette = jnp.asarray(PALETTE)
+    if static.num_cars > 32:
+        raise ValueError(f"the renderer draws at most 32 cars, got {static.num_cars}")
+    # RGBA packed in a uint32: one lookup per pixel, not one per channel (which would make
+    # XLA recompute the whole class computation for each channel).
+    palette32 = jnp.asarray(np.concatenate([PALETTE, np.zeros((len(PALETTE), 1), np.uint8)], 1).view(np.uint32)[:, 0])
+
+    def colour(table, classes):
+        return jax.lax.bitcast_convert_type(jnp.take(table, classes.astype(jnp.int32), axis=0), jnp.uint8)[..., :3]
+
     num_colours = len(CAR_COLOURS)
     car_ids = jnp.asarray([CLASS["ego"]] + [CAR_BASE + (k - 1) % num_colours for k in range(1, static.num_cars)],
                           jnp.uint8)
@@ -268,6 +277,13 @@ def make_renderer(static) -> callable:
         return jnp.where(elevation < top[None, :], tex.sky_class[track, a][None, :], band).astype(jnp.uint8)
 
     def cars_chase(image, rel_fwd, rel_left, rel_yaw, visible):
+        """Paints the cars: the nearest covering car wins, found with bit tricks, not a loop of passes.
+
+        Cars are sorted far to near into slots 0..C-1; row r has bit k set when slot k's
+        rectangle spans it, and column c likewise, so a pixel's covering cars are
+        row_bits[r] & col_bits[c] and the nearest is the highest set bit. The pixel's class
+        becomes CAR_SLOT + k, coloured by a per-frame palette.
+        """
         f = geo["f"]
         a = rel_fwd + CHASE_BACK  # from the camera
         sp, cp = np.sin(CHASE_PITCH), np.cos(CHASE_PITCH)
@@ -279,25 +295,38 @@ def make_renderer(static) -> callable:
         half = 0.5 * (CAR_WIDTH * jnp.abs(jnp.cos(rel_yaw)) + CAR_LENGTH * jnp.abs(jnp.sin(rel_yaw)))
         half_w = f * half / jnp.maximum(depth_bottom, 1e-3)
         shown = visible & (depth_top > 1.0)
+        order = jnp.argsort(-depth_bottom)  # far to near
+        top, bottom, centre, half_w, shown = row_top[order], row_bottom[order], col[order], half_w[order], shown[order]
         rows = jnp.arange(h, dtype=jnp.float32) + 0.5
         cols = jnp.arange(w, dtype=jnp.float32) + 0.5
-        for k in jnp.argsort(-depth_bottom):  # far to near (a static loop over C cars)
-            in_rows = (rows >= row_top[k]) & (rows <= row_bottom[k])
-            in_cols = jnp.abs(cols - col[k]) <= half_w[k]
-            dark = rows < row_top[k] + 0.35 * (row_bottom[k] - row_top[k])  # the glasshouse
-            colour = jnp.where(dark[:, None], jnp.uint8(CLASS["car_dark"]), car_ids[k])
-            image = jnp.where(shown[k] & in_rows[:, None] & in_cols[None, :], colour, image)
-        return image
+        bit = jnp.left_shift(jnp.uint32(1), jnp.arange(static.num_cars, dtype=jnp.uint32))[:, None]
+        in_rows = (rows >= top[:, None]) & (rows <= bottom[:, None]) & shown[:, None]  # [C, H]
+        dark = rows < (top + 0.35 * (bottom - top))[:, None]  # the glasshouse
+        row_bits = jnp.sum(jnp.where(in_rows, bit, 0), axis=0, dtype=jnp.uint32)
+        dark_bits = jnp.sum(jnp.where(in_rows & dark, bit, 0), axis=0, dtype=jnp.uint32)
+        col_bits = jnp.sum(jnp.where(jnp.abs(cols - centre[:, None]) <= half_w[:, None], bit, 0), axis=0,
+                           dtype=jnp.uint32)
+        covered = row_bits[:, None] & col_bits[None, :]
+        slot = (31 - jax.lax.clz(covered)).astype(jnp.uint32)  # the nearest covering car
+        is_dark = (jnp.right_shift(dark_bits[:, None], slot) & 1) == 1
+        car_class = jnp.where(is_dark, jnp.uint8(CLASS["car_dark"]), (CAR_SLOT + slot).astype(jnp.uint8))
+        return jnp.where(covered != 0, car_class, image), car_ids[order]
 
     def cars_topdown(image, rel_fwd, rel_left, rel_yaw, visible):
+        """Paints every car's box; the car with the highest index wins where boxes overlap."""
+        covered = jnp.zeros(image.shape, jnp.uint32)
+        front = jnp.zeros(image.shape, jnp.uint32)
         for k in range(static.num_cars):
             dx, dy = ground_fwd - rel_fwd[k], ground_left - rel_left[k]
             c, s = jnp.cos(rel_yaw[k]), jnp.sin(rel_yaw[k])
             along, across = c * dx + s * dy, -s * dx + c * dy
             inside = (jnp.abs(along) <= CAR_LENGTH / 2) & (jnp.abs(across) <= CAR_WIDTH / 2) & visible[k]
-            colour = jnp.where(along > CAR_LENGTH * 0.1, car_ids[k], jnp.uint8(CLASS["car_dark"]))
-            image = jnp.where(inside, colour, image)
-        return image
+            covered = covered | jnp.where(inside, jnp.uint32(1 << k), jnp.uint32(0))
+            front = front | jnp.where(inside & (along > CAR_LENGTH * 0.1), jnp.uint32(1 << k), jnp.uint32(0))
+        slot = (31 - jax.lax.clz(covered)).astype(jnp.uint32)
+        is_body = (jnp.right_shift(front, slot) & 1) == 1
+        car_class = jnp.where(is_body, (CAR_SLOT + slot).astype(jnp.uint8), jnp.uint8(CLASS["car_dark"]))
+        return jnp.where(covered != 0, car_class, image), car_ids
 
     def render(textures: TrackTextures, state, car: int | jax.Array = 0) -> jax.Array:
         body = state.cars.body
@@ -312,9 +341,9 @@ def make_renderer(static) -> callable:
         if static.camera == "chase":
             cam_x, cam_y = cx - CHASE_BACK * cos, cy - CHASE_BACK * sin
             image = jnp.concatenate([sky(textures, track, cam_x, cam_y, yaw), floor], axis=0) if first else floor
-            image = cars_chase(image, rel_fwd, rel_left, rel_yaw, visible)
+            image, slot_ids = cars_chase(image, rel_fwd, rel_left, rel_yaw, visible)
         else:
-            image = cars_topdown(floor, rel_fwd, rel_left, rel_yaw, visible)
-        return palette[image]
+            image, slot_ids = cars_topdown(floor, rel_fwd, rel_left, rel_yaw, visible)
+        return colour(jnp.concatenate([palette32[:CAR_SLOT], palette32[slot_ids]]), image)
 
     return render
