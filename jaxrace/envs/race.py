@@ -54,7 +54,7 @@ class StaticParams:
     pixels: bool = False  # add obs["pixels"], uint8[H, W, 3] from the ego camera
     image_size: tuple[int, int] = (64, 64)  # (H, W)
     camera: str = "chase"  # "chase" (behind and above, looking ahead) or "topdown"
-    texture_size: int = 2048  # texels per side of each track's ground texture
+    texture_size: int = 1024  # texels per side of each track's ground texture
 
     def __post_init__(self):
         if not 0 <= self.num_opponents <= MAX_OPPONENTS:
@@ -218,7 +218,7 @@ class RaceEnv:
         return 2
 
     def observation_shapes(self) -> dict[str, tuple[int, ...]]:
-        """Shapes of the observation dict's entries (all float32)."""
+        """Shapes of the observation dict's entries (float32; "pixels" is uint8)."""
         s = self.static
         shapes = {"proprio": (PROPRIO_SIZE,), "privileged": (4 * s.lookahead_points + 5 * s.num_slots,)}
         if s.pixels:
@@ -319,17 +319,29 @@ class RaceEnv:
             (obs, state, reward, terminated, truncated, info). When the episode ended,
             `state` and `obs` are those of a fresh episode, and
             `info["final_observation"]` and `info["view"]` belong to the final state.
+            `final_observation` has no "pixels": the image is rendered once per step, of
+            the state returned (the critic's inputs, proprio and privileged, are there).
         """
-        obs, next_state, reward, terminated, truncated, info = self.step_env(key, state, action, params)
-        reset_obs, reset_state = self.reset(key, params)
+        obs, next_state, reward, terminated, truncated, info = self._step(state, action, params)
+        reset_state = self._initial_state(key, params)
+        reset_obs = self.observation(reset_state, params, pixels=False)
         done = terminated | truncated
         info["final_observation"] = obs
-        return (_where(done, reset_obs, obs), _where(done, reset_state, next_state), reward, terminated,
-                truncated, info)
+        state = _where(done, reset_state, next_state)
+        obs = _where(done, reset_obs, obs)
+        if self._render is not None:
+            obs["pixels"] = self._render(params.textures, state, 0)
+        return obs, state, reward, terminated, truncated, info
 
     def step_env(self, key: jax.Array, state: EnvState, action: jax.Array, params: EnvParams):
         """One agent step without auto-reset (see `step`)."""
         del key  # the dynamics are deterministic
+        obs, next_state, reward, terminated, truncated, info = self._step(state, action, params)
+        if self._render is not None:
+            obs["pixels"] = self._render(params.textures, next_state, 0)
+        return obs, next_state, reward, terminated, truncated, info
+
+    def _step(self, state: EnvState, action: jax.Array, params: EnvParams):
         s = self.static
         ts = track_slice(params.tracks, state.track_index)
         car = params.car.scaled(params.mass_scale, params.power_scale, params.grip_scale)
@@ -349,7 +361,7 @@ class RaceEnv:
         terminated = view.finished | (params.terminate_on_course_out & view.off_course)
         truncated = (time >= params.time_limit) & ~terminated
         info = {"view": view, "bad_action": bad, "bad_action_count": next_state.bad_actions}
-        return self.observation(next_state, params), next_state, reward, terminated, truncated, info
+        return self.observation(next_state, params, pixels=False), next_state, reward, terminated, truncated, info
 
     def ai_action(self, state: EnvState, params: EnvParams) -> jax.Array:
         """The built-in AI's action f32[2] for the ego car: a baseline policy."""
@@ -459,7 +471,7 @@ class RaceEnv:
             reference_speed=here.ref_speed,
         )
 
-    def observation(self, state: EnvState, params: EnvParams) -> dict[str, jax.Array]:
+    def observation(self, state: EnvState, params: EnvParams, pixels: bool = True) -> dict[str, jax.Array]:
         """{"proprio": f32[PROPRIO_SIZE], "privileged": f32[4 L + 5 K]} for the ego car.
 
         proprio (the car's own senses): speed/50, vx/50, vy/10, ax/20, ay/20, yaw rate/2,
@@ -471,6 +483,7 @@ class RaceEnv:
         `lookahead_spacing` m, as left (x, y) and right (x, y) in the car frame / 100 m;
         then the K nearest active opponents (nearest first) as relative position / 50 m,
         relative velocity / 20 m/s (car frame) and a presence flag.
+        pixels (when static.pixels and `pixels`): uint8[H, W, 3] from the ego camera.
         """
         s = self.static
         ts = track_slice(params.tracks, state.track_index)
@@ -513,7 +526,7 @@ class RaceEnv:
             slots = jnp.stack([px / 50.0, py / 50.0, rvx / 20.0, rvy / 20.0, jnp.ones_like(px)], axis=-1)
             parts.append(jnp.where(present[:, None], slots, 0.0).reshape(-1))
         obs = {"proprio": proprio, "privileged": jnp.concatenate(parts).astype(jnp.float32)}
-        if self._render is not None:
+        if pixels and self._render is not None:
             obs["pixels"] = self._render(params.textures, state, 0)
         return obs
 

@@ -255,12 +255,16 @@ def make_renderer(static) -> callable:
     far = jnp.asarray(geo["far"])
 
     def ground(tex, track, cx, cy, cos, sin):
-        wx = cx + cos * ground_fwd - sin * ground_left
-        wy = cy + sin * ground_fwd + cos * ground_left
         size = tex.texels.shape[-1]
-        ix = jnp.clip(((wx - tex.origin[track, 0]) / tex.texel_size[track]).astype(jnp.int32), 0, size - 1)
-        iy = jnp.clip(((wy - tex.origin[track, 1]) / tex.texel_size[track]).astype(jnp.int32), 0, size - 1)
-        return jnp.where(far, jnp.uint8(CLASS["outside"]), tex.texels[track, iy, ix])
+        inv = 1.0 / tex.texel_size[track]  # texels per metre
+        # Texel coordinates as one multiply-add per term: scalars folded per frame.
+        ax, ay = (cx - tex.origin[track, 0]) * inv, (cy - tex.origin[track, 1]) * inv
+        c, s = cos * inv, sin * inv
+        ix = jnp.clip((ax + c * ground_fwd - s * ground_left).astype(jnp.int32), 0, size - 1)
+        iy = jnp.clip((ay + s * ground_fwd + c * ground_left).astype(jnp.int32), 0, size - 1)
+        flat = tex.texels.reshape(-1)
+        texel = flat.at[track * (size * size) + iy * size + ix].get(mode="promise_in_bounds")
+        return jnp.where(far, jnp.uint8(CLASS["outside"]), texel)
 
     def sky(tex, track, px, py, yaw):
         phi = yaw + jnp.asarray(geo["azimuth"], jnp.float32)  # world direction of each column

@@ -58,7 +58,8 @@ class GymVectorRaceEnv(VectorEnv):
         self.race_env, self.params = env_and_params(env, params, make_kwargs)
         self.num_envs = num_envs
         self.single_observation_space = spaces.Dict({
-            name: spaces.Box(-np.inf, np.inf, shape, np.float32)
+            name: spaces.Box(0, 255, shape, np.uint8) if name == "pixels" else spaces.Box(-np.inf, np.inf, shape,
+                                                                                           np.float32)
             for name, shape in self.race_env.observation_shapes().items()
         })
         self.single_action_space = spaces.Box(-1.0, 1.0, (self.race_env.num_actions,), np.float32)
