@@ -1,0 +1,137 @@
+"""Actor and critic networks for QR-SAC (flax.linen), as in the GT7 vision agent.
+
+- Actor: pixels (a small CNN) or the state vector, joined with proprioception, then an
+  optional GRU, then a tanh-Gaussian policy over (steering, throttle_brake).
+- Critic: twin quantile networks. Asymmetric by default: they read the privileged
+  features (track points ahead, nearby opponents) with proprioception and the action;
+  the symmetric variant reads the actor's inputs instead (the vision paper's ablation).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import distrax
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+LOG_STD_RANGE = (-5.0, 2.0)
+ACTION_SIZE = 2
+
+
+@dataclasses.dataclass(frozen=True)
+class NetworkConfig:
+    """Static network configuration (hashable)."""
+
+    actor_input: str = "state"  # "state" (proprio + privileged) or "pixels" (CNN + proprio)
+    symmetric: bool = False  # the critic reads the actor's inputs instead of privileged + proprio
+    recurrent: bool = True  # a GRU in the actor
+    hidden: int = 256
+    gru_size: int = 128
+    critic_layers: int = 2
+    num_quantiles: int = 32
+    cnn_channels: tuple[int, ...] = (32, 64, 64)
+
+    def __post_init__(self):
+        if self.actor_input not in ("state", "pixels"):
+            raise ValueError(f"actor_input must be 'state' or 'pixels', got {self.actor_input!r}")
+        if self.num_quantiles < 1 or self.hidden < 1 or self.gru_size < 1:
+            raise ValueError("num_quantiles, hidden and gru_size must be positive")
+
+
+class Encoder(nn.Module):
+    """obs dict -> f32[..., hidden]: the actor's view (pixels or state, with proprio)."""
+
+    config: NetworkConfig
+
+    @nn.compact
+    def __call__(self, obs: dict) -> jax.Array:
+        c = self.config
+        parts = [obs["proprio"]]
+        if c.actor_input == "pixels":
+            x = obs["pixels"].astype(jnp.float32) / 255.0
+            for channels in c.cnn_channels:
+                x = nn.relu(nn.Conv(channels, (3, 3), strides=(2, 2))(x))
+            parts.append(nn.relu(nn.Dense(c.hidden)(x.reshape(*x.shape[:-3], -1))))
+        else:
+            parts.append(obs["privileged"])
+        return nn.relu(nn.Dense(c.hidden)(jnp.concatenate(parts, axis=-1)))
+
+
+class Actor(nn.Module):
+    """One step: (carry f32[..., G], obs, reset bool[...]) -> (carry, (mean, log_std) f32[..., 2]).
+
+    The GRU carry is zeroed where `reset` is set (the first step of an episode). Without
+    a GRU the carry passes through untouched.
+    """
+
+    config: NetworkConfig
+
+    @nn.compact
+    def __call__(self, carry: jax.Array, obs: dict, reset: jax.Array):
+        c = self.config
+        x = Encoder(c)(obs)
+        if c.recurrent:
+            carry = jnp.where(reset[..., None], 0.0, carry)
+            carry, x = nn.GRUCell(c.gru_size)(carry, x)
+        x = nn.relu(nn.Dense(c.hidden)(x))
+        mean = nn.Dense(ACTION_SIZE)(x)
+        log_std = jnp.clip(nn.Dense(ACTION_SIZE)(x), *LOG_STD_RANGE)
+        return carry, (mean, log_std)
+
+
+class ActorSequence(nn.Module):
+    """The actor over a time axis (leading axis T of obs and reset): nn.scan of `Actor`."""
+
+    config: NetworkConfig
+
+    @nn.compact
+    def __call__(self, carry: jax.Array, obs: dict, reset: jax.Array):
+        scan = nn.scan(Actor, variable_broadcast="params", split_rngs={"params": False}, in_axes=0, out_axes=0)
+        return scan(self.config, name="Actor_0")(carry, obs, reset)
+
+
+class QuantileCritic(nn.Module):
+    """(obs, action f32[..., 2]) -> f32[..., K] quantiles of the return."""
+
+    config: NetworkConfig
+
+    @nn.compact
+    def __call__(self, obs: dict, action: jax.Array) -> jax.Array:
+        c = self.config
+        if c.symmetric:
+            x = jnp.concatenate([Encoder(c)(obs), action], axis=-1)
+        else:
+            x = jnp.concatenate([obs["privileged"], obs["proprio"], action], axis=-1)
+        for _ in range(c.critic_layers):
+            x = nn.relu(nn.Dense(c.hidden)(x))
+        return nn.Dense(c.num_quantiles)(x)
+
+
+class TwinCritic(nn.Module):
+    """Two independent quantile critics: f32[2, ..., K]."""
+
+    config: NetworkConfig
+
+    @nn.compact
+    def __call__(self, obs: dict, action: jax.Array) -> jax.Array:
+        twins = nn.vmap(QuantileCritic, variable_axes={"params": 0}, split_rngs={"params": True}, in_axes=None,
+                        out_axes=0, axis_size=2)
+        return twins(self.config, name="critics")(obs, action)
+
+
+def action_distribution(mean: jax.Array, log_std: jax.Array) -> distrax.Distribution:
+    """The tanh-Gaussian policy over actions in (-1, 1)^2 (event shape [2])."""
+    normal = distrax.MultivariateNormalDiag(mean, jnp.exp(log_std))
+    return distrax.Transformed(normal, distrax.Block(distrax.Tanh(), ndims=1))
+
+
+def deterministic_action(mean: jax.Array) -> jax.Array:
+    """The evaluation action: tanh of the mean."""
+    return jnp.tanh(mean)
+
+
+def initial_carry(config: NetworkConfig, batch_shape: tuple[int, ...] = ()) -> jax.Array:
+    """f32[..., G] zeros: the actor's GRU state at the start of an episode."""
+    return jnp.zeros((*batch_shape, config.gru_size), jnp.float32)

@@ -1,0 +1,97 @@
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxrace.agents.networks import (
+    Actor,
+    ActorSequence,
+    NetworkConfig,
+    TwinCritic,
+    action_distribution,
+    initial_carry,
+)
+
+PROPRIO, PRIVILEGED = 20, 150
+
+
+def observations(batch=(), pixels=False, seed=0):
+    k1, k2, k3 = jax.random.split(jax.random.key(seed), 3)
+    obs = {"proprio": jax.random.normal(k1, (*batch, PROPRIO)),
+           "privileged": jax.random.normal(k2, (*batch, PRIVILEGED))}
+    if pixels:
+        obs["pixels"] = jax.random.randint(k3, (*batch, 64, 64, 3), 0, 256).astype(jnp.uint8)
+    return obs
+
+
+@pytest.mark.parametrize("actor_input, recurrent", [("state", True), ("state", False), ("pixels", True)])
+def test_actor_and_critic_shapes(actor_input, recurrent):
+    config = NetworkConfig(actor_input=actor_input, recurrent=recurrent, hidden=32, gru_size=16, num_quantiles=8,
+                           cnn_channels=(8, 8))
+    obs = observations((5,), pixels=actor_input == "pixels")
+    actor = Actor(config)
+    carry = initial_carry(config, (5,))
+    params = actor.init(jax.random.key(0), carry, obs, jnp.zeros(5, bool))
+    new_carry, (mean, log_std) = actor.apply(params, carry, obs, jnp.zeros(5, bool))
+    assert new_carry.shape == (5, 16) and mean.shape == (5, 2) and log_std.shape == (5, 2)
+    assert np.all(np.asarray(log_std) >= -5.0) and np.all(np.asarray(log_std) <= 2.0)
+    if not recurrent:
+        np.testing.assert_array_equal(new_carry, carry)
+    critic = TwinCritic(config)
+    cparams = critic.init(jax.random.key(1), obs, mean)
+    q = critic.apply(cparams, obs, mean)
+    assert q.shape == (2, 5, 8)
+    assert not np.allclose(q[0], q[1])  # two independently initialised critics
+
+
+def test_asymmetric_critic_ignores_pixels_and_symmetric_reads_them():
+    obs = observations((3,), pixels=True)
+    other = dict(obs, pixels=255 - obs["pixels"])
+    action = jnp.zeros((3, 2))
+    for symmetric in (False, True):
+        config = NetworkConfig(actor_input="pixels", symmetric=symmetric, hidden=16, num_quantiles=4,
+                               cnn_channels=(4,))
+        critic = TwinCritic(config)
+        params = critic.init(jax.random.key(0), obs, action)
+        same = np.allclose(critic.apply(params, obs, action), critic.apply(params, other, action))
+        assert same != symmetric
+
+
+def test_gru_reset_zeroes_the_carry():
+    config = NetworkConfig(hidden=16, gru_size=8)
+    actor = Actor(config)
+    obs = observations((2,))
+    params = actor.init(jax.random.key(0), initial_carry(config, (2,)), obs, jnp.zeros(2, bool))
+    warm = jnp.ones((2, 8))
+    reset_out = actor.apply(params, warm, obs, jnp.array([True, False]))
+    fresh_out = actor.apply(params, initial_carry(config, (2,)), obs, jnp.zeros(2, bool))
+    np.testing.assert_allclose(reset_out[1][0][0], fresh_out[1][0][0], rtol=1e-6)
+    assert not np.allclose(reset_out[1][0][1], fresh_out[1][0][1])
+
+
+def test_sequence_actor_equals_stepping_by_hand():
+    config = NetworkConfig(hidden=16, gru_size=8)
+    t, b = 6, 3
+    obs = observations((t, b))
+    reset = jnp.zeros((t, b), bool).at[3, 1].set(True)
+    seq = ActorSequence(config)
+    params = seq.init(jax.random.key(0), initial_carry(config, (b,)), obs, reset)
+    carry, (means, _) = seq.apply(params, initial_carry(config, (b,)), obs, reset)
+    step_params = {"params": params["params"]["Actor_0"]}
+    c = initial_carry(config, (b,))
+    for i in range(t):
+        c, (m, _) = Actor(config).apply(step_params, c, jax.tree.map(lambda x, i=i: x[i], obs), reset[i])
+        np.testing.assert_allclose(means[i], m, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(carry, c, rtol=1e-5, atol=1e-6)
+
+
+def test_tanh_gaussian_log_prob_is_the_change_of_variables():
+    mean, log_std = jnp.array([0.3, -0.5]), jnp.array([-0.2, 0.1])
+    dist = action_distribution(mean, log_std)
+    a, logp = dist.sample_and_log_prob(seed=jax.random.key(0))
+    assert np.all(np.abs(np.asarray(a)) < 1)
+    u = np.arctanh(np.asarray(a, np.float64))
+    std = np.exp(np.asarray(log_std, np.float64))
+    normal = -0.5 * ((u - np.asarray(mean)) / std) ** 2 - np.log(std) - 0.5 * np.log(2 * np.pi)
+    want = np.sum(normal - np.log(1 - np.tanh(u) ** 2))
+    np.testing.assert_allclose(logp, want, rtol=1e-4)
