@@ -1,0 +1,323 @@
+"""QR-SAC training of many runs in one jitted job: vmap over candidates, seeds and hparams.
+
+`make_train(config, env, env_params, bank)` returns a `Trainer` of pure functions:
+`init(key, hparams, reward_index) -> TrainState` and `run_epochs(state, hparams,
+reward_index) -> (state, metrics)`, which the host jits and calls in chunks (progress
+bars, metrics, checkpoints between chunks). `train` is the whole run in one call.
+vmap `init` and `run_epochs` over a leading run axis to train N runs in one program.
+
+Replay stores observations, actions and RaceViews, never rewards: a run's reward is
+computed by the reward bank (`bank.evaluate(reward_index, ...)`) when a batch is
+sampled, which is what lets N candidate rewards share one pipeline.
+
+Failure isolation: a run whose losses or rewards go non-finite (or huge) is marked
+failed and frozen (its parameters stop changing); vmapped runs never mix, so the
+others are exactly what they would be without it.
+
+This version trains the feed-forward actor on state observations; the recurrent
+(GRU, burn-in) path of `NetworkConfig(recurrent=True)` is not in the trainer yet.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, NamedTuple
+
+import flashbax
+import jax
+import jax.numpy as jnp
+import optax
+from flax import struct
+
+from jaxrace.agents import losses
+from jaxrace.agents.networks import Actor, NetworkConfig, TwinCritic, action_distribution, initial_carry
+from jaxrace.rewards.api import Action, RaceView
+from jaxrace.rewards.bank import RewardBank
+
+HUGE_REWARD = 1e6  # a sampled reward beyond this marks the run failed
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+    """Static training configuration (shapes and loop lengths)."""
+
+    network: NetworkConfig = NetworkConfig(recurrent=False)
+    num_envs: int = 16
+    rollout_steps: int = 8  # env steps per env per epoch
+    updates_per_epoch: int = 8
+    batch_size: int = 128
+    replay_size: int = 50_000  # transitions
+    n_step: int = 3
+    warmup_epochs: int = 2  # uniform random actions, no updates
+    epochs: int = 100
+
+    def __post_init__(self):
+        if self.network.recurrent:
+            raise NotImplementedError("the trainer does not train the GRU actor yet: use "
+                                      "NetworkConfig(recurrent=False)")
+        if self.network.actor_input != "state":
+            raise NotImplementedError("the trainer trains state observations only for now")
+        if self.n_step < 1 or self.num_envs < 1 or self.rollout_steps < 1 or self.batch_size < 1:
+            raise ValueError("n_step, num_envs, rollout_steps and batch_size must be positive")
+
+
+@struct.dataclass
+class HParams:
+    """Traced hyperparameters of one run (vmap over them for a sweep)."""
+
+    actor_lr: jax.Array = 3e-4
+    critic_lr: jax.Array = 3e-4
+    alpha_lr: jax.Array = 3e-4
+    discount: jax.Array = 0.99
+    target_entropy: jax.Array = -2.0
+    tau: jax.Array = 0.005  # polyak rate of the target critics
+    initial_alpha: jax.Array = 0.1
+    reward_params: jax.Array | None = None  # f32[P] the candidate's PARAMS (None: its defaults)
+
+
+class Transition(NamedTuple):
+    """One env step of one env, as stored in replay."""
+
+    obs: dict
+    action: jax.Array  # f32[2]
+    prev_view: RaceView
+    view: RaceView
+    next_obs: dict  # the true next observation (the final one when the episode ended)
+    terminated: jax.Array
+    truncated: jax.Array
+
+
+@struct.dataclass
+class TrainState:
+    actor: Any
+    critic: Any
+    target_critic: Any
+    log_alpha: jax.Array
+    actor_opt: Any
+    critic_opt: Any
+    alpha_opt: Any
+    env_state: Any
+    obs: dict
+    replay: Any
+    key: jax.Array
+    epoch: jax.Array
+    failed: jax.Array  # bool: frozen after a non-finite loss or a huge reward
+    reward_params: jax.Array
+
+
+class Metrics(NamedTuple):
+    """Per epoch (stacked over epochs by run_epochs)."""
+
+    reward: jax.Array  # mean candidate reward per step in the epoch's rollouts
+    progress: jax.Array  # mean metres of progress per step in the rollouts
+    critic_loss: jax.Array
+    actor_loss: jax.Array
+    alpha: jax.Array
+    failed: jax.Array
+
+
+@dataclasses.dataclass(frozen=True)
+class Trainer:
+    config: TrainConfig
+    init: Any
+    run_epochs: Any
+    train: Any
+    policy: Any
+
+
+def _adam():
+    return optax.inject_hyperparams(optax.adam)(learning_rate=0.0)
+
+
+def _with_lr(opt_state, lr):
+    opt_state.hyperparams["learning_rate"] = jnp.asarray(lr, jnp.float32)
+    return opt_state
+
+
+def make_train(config: TrainConfig, env, env_params, bank: RewardBank) -> Trainer:
+    """Builds the pure training functions for `env` with rewards from `bank`."""
+    net = config.network
+    actor, critic = Actor(net), TwinCritic(net)
+    n = config.num_envs
+    step_envs = jax.vmap(env.step, in_axes=(0, 0, 0, None))
+    reset_envs = jax.vmap(env.reset, in_axes=(0, None))
+    buffer = flashbax.make_trajectory_buffer(
+        add_batch_size=n, sample_batch_size=config.batch_size, sample_sequence_length=config.n_step, period=1,
+        min_length_time_axis=max(config.n_step, config.rollout_steps),
+        max_length_time_axis=max(config.replay_size // n, config.rollout_steps + config.n_step))
+    no_reset = jnp.zeros((), bool)
+    carry0 = initial_carry(net)
+
+    def act(actor_params, obs, key):
+        _, (mean, log_std) = actor.apply(actor_params, carry0, obs, no_reset)
+        return action_distribution(mean, log_std).sample_and_log_prob(seed=key)
+
+    def policy(actor_params, obs):
+        """Deterministic action for evaluation: tanh of the mean."""
+        _, (mean, _) = actor.apply(actor_params, carry0, obs, no_reset)
+        return jnp.tanh(mean)
+
+    def reward_of(reward_index, params, prev_view, action, view):
+        act_ = Action(steering=action[0], throttle_brake=action[1])
+        return bank.evaluate(reward_index, prev_view, act_, view, params)[0]
+
+    def init(key, hparams: HParams, reward_index) -> TrainState:
+        k_actor, k_critic, k_env, k_run = jax.random.split(key, 4)
+        obs, env_state = reset_envs(jax.random.split(k_env, n), env_params)
+        one_obs = jax.tree.map(lambda x: x[0], obs)
+        actor_params = actor.init(k_actor, carry0, one_obs, no_reset)
+        critic_params = critic.init(k_critic, one_obs, jnp.zeros(2))
+        log_alpha = jnp.log(jnp.asarray(hparams.initial_alpha, jnp.float32))
+        view = jax.tree.map(lambda x: x[0], env_state.view)
+        example = Transition(obs=one_obs, action=jnp.zeros(2), prev_view=view, view=view, next_obs=one_obs,
+                             terminated=jnp.bool_(False), truncated=jnp.bool_(False))
+        params = bank.default_params()[reward_index] if hparams.reward_params is None else hparams.reward_params
+        opt = _adam()
+        return TrainState(
+            actor=actor_params, critic=critic_params, target_critic=critic_params, log_alpha=log_alpha,
+            actor_opt=opt.init(actor_params), critic_opt=opt.init(critic_params), alpha_opt=opt.init(log_alpha),
+            env_state=env_state, obs=obs, replay=buffer.init(example), key=k_run, epoch=jnp.int32(0),
+            failed=jnp.bool_(False), reward_params=jnp.asarray(params, jnp.float32))
+
+    def collect(state: TrainState, reward_index, random_actions):
+        def body(carry, key):
+            env_state, obs = carry
+            k_act, k_rand, k_env = jax.random.split(key, 3)
+            action, _ = jax.vmap(act, in_axes=(None, 0, 0))(state.actor, obs, jax.random.split(k_act, n))
+            uniform = jax.random.uniform(k_rand, (n, 2), minval=-1.0, maxval=1.0)
+            action = jnp.where(random_actions, uniform, action)
+            next_obs, next_state, _, terminated, truncated, info = step_envs(
+                jax.random.split(k_env, n), env_state, action, env_params)
+            transition = Transition(obs=obs, action=action, prev_view=env_state.view, view=info["view"],
+                                    next_obs=info["final_observation"], terminated=terminated, truncated=truncated)
+            return (next_state, next_obs), transition
+
+        key, k_roll = jax.random.split(state.key)
+        (env_state, obs), traj = jax.lax.scan(body, (state.env_state, state.obs),
+                                              jax.random.split(k_roll, config.rollout_steps))
+        traj = jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), traj)  # [n, T, ...]
+        rewards = jax.vmap(jax.vmap(lambda p, a, v: reward_of(reward_index, state.reward_params, p, a, v)))(
+            traj.prev_view, traj.action, traj.view)
+        progress = traj.view.progress - traj.prev_view.progress
+        state = state.replace(env_state=env_state, obs=obs, replay=buffer.add(state.replay, traj), key=key)
+        return state, jnp.mean(rewards), jnp.mean(progress)
+
+    def losses_of(actor_params, critic_params, log_alpha, target_params, batch: Transition, reward_index,
+                  reward_params, discount, target_entropy, key):
+        """Mean critic, actor and temperature losses over a batch of n-step sequences [B, n]."""
+        alpha = jnp.exp(log_alpha)
+
+        def one(seq, key):
+            k_next, k_pi = jax.random.split(key)
+            rewards = jax.vmap(lambda p, a, v: reward_of(reward_index, reward_params, p, a, v))(
+                seq.prev_view, seq.action, seq.view)
+            returns, disc, last = losses.n_step_targets(rewards, seq.terminated, seq.truncated, config.n_step,
+                                                        discount)
+            obs0 = jax.tree.map(lambda x: x[0], seq.obs)
+            boot_obs = jax.tree.map(lambda x: x[last[0]], seq.next_obs)
+            next_action, next_logp = act(actor_params, boot_obs, k_next)
+            next_q = critic.apply(target_params, boot_obs, next_action)
+            target = losses.critic_target(next_q[0], next_q[1], next_logp, returns[0], disc[0],
+                                          jax.lax.stop_gradient(alpha))
+            q = critic.apply(critic_params, obs0, seq.action[0])
+            critic_loss = losses.quantile_huber_loss(q[0], target) + losses.quantile_huber_loss(q[1], target)
+            action, logp = act(actor_params, obs0, k_pi)
+            q_pi = critic.apply(jax.lax.stop_gradient(critic_params), obs0, action)  # trains the actor only
+            actor_loss = losses.policy_loss(q_pi[0], q_pi[1], logp, alpha)
+            alpha_loss = losses.temperature_loss(log_alpha, logp, target_entropy)
+            return critic_loss, actor_loss, alpha_loss, jnp.max(jnp.abs(rewards))
+
+        b = batch.action.shape[0]
+        c, a, t, r = jax.vmap(one)(batch, jax.random.split(key, b))
+        return jnp.mean(c), jnp.mean(a), jnp.mean(t), jnp.max(r)
+
+    def update(state: TrainState, hparams: HParams, reward_index):
+        key, k_sample, k_loss = jax.random.split(state.key, 3)
+        batch = buffer.sample(state.replay, k_sample).experience
+        args = (batch, reward_index, state.reward_params, hparams.discount, hparams.target_entropy, k_loss)
+
+        def objective(nets):
+            # One objective for all three: each loss stops the gradients it must not send
+            # (the critic target and alpha in the policy loss, the critic in the policy
+            # loss, log pi in the temperature loss), so the sum trains each net on its own.
+            actor_params, critic_params, log_alpha = nets
+            c, a, t, r = losses_of(actor_params, critic_params, log_alpha, state.target_critic, *args)
+            return c + a + t, (c, a, r)
+
+        (_, (critic_loss, actor_loss, max_reward)), (actor_grad, critic_grad, alpha_grad) = jax.value_and_grad(
+            objective, has_aux=True)((state.actor, state.critic, state.log_alpha))
+
+        opt = _adam()
+        c_up, c_opt = opt.update(critic_grad, _with_lr(state.critic_opt, hparams.critic_lr))
+        a_up, a_opt = opt.update(actor_grad, _with_lr(state.actor_opt, hparams.actor_lr))
+        l_up, l_opt = opt.update(alpha_grad, _with_lr(state.alpha_opt, hparams.alpha_lr))
+        critic_params = optax.apply_updates(state.critic, c_up)
+        target = optax.incremental_update(critic_params, state.target_critic, hparams.tau)
+        new = state.replace(actor=optax.apply_updates(state.actor, a_up), critic=critic_params, target_critic=target,
+                            log_alpha=optax.apply_updates(state.log_alpha, l_up), actor_opt=a_opt, critic_opt=c_opt,
+                            alpha_opt=l_opt, key=key)
+        bad = ~(jnp.isfinite(critic_loss) & jnp.isfinite(actor_loss)) | ~(max_reward < HUGE_REWARD)
+        failed = state.failed | bad
+        # A failed run keeps its last good parameters (frozen); only its key moves on.
+        new = jax.tree.map(lambda old, fresh: jnp.where(failed, old, fresh), state, new)
+        return new.replace(failed=failed, key=key), (critic_loss, actor_loss)
+
+    def epoch(state: TrainState, hparams: HParams, reward_index):
+        random_actions = state.epoch < config.warmup_epochs
+        state, mean_reward, mean_progress = collect(state, reward_index, random_actions)
+
+        def body(s, _):
+            return update(s, hparams, reward_index)
+
+        trained, (c_loss, a_loss) = jax.lax.scan(body, state, None, length=config.updates_per_epoch)
+        state = jax.tree.map(lambda w, t: jnp.where(random_actions, w, t), state, trained)
+        metrics = Metrics(reward=mean_reward, progress=mean_progress, critic_loss=jnp.mean(c_loss),
+                          actor_loss=jnp.mean(a_loss), alpha=jnp.exp(state.log_alpha), failed=state.failed)
+        return state.replace(epoch=state.epoch + 1), metrics
+
+    def run_epochs(state: TrainState, hparams: HParams, reward_index, num_epochs: int):
+        """`num_epochs` (static) epochs; metrics stacked over them."""
+        return jax.lax.scan(lambda s, _: epoch(s, hparams, reward_index), state, None, length=num_epochs)
+
+    def train(key, hparams: HParams, reward_index):
+        """A whole run: (final TrainState, Metrics stacked over config.epochs)."""
+        return run_epochs(init(key, hparams, reward_index), hparams, reward_index, config.epochs)
+
+    return Trainer(config=config, init=init, run_epochs=run_epochs, train=train, policy=policy)
+
+
+def train_many(trainer: Trainer, key: jax.Array, reward_indices, seeds_per_reward: int = 1,
+               hparams: HParams | None = None, chunk_epochs: int | None = None, progress=None):
+    """Trains every (reward index, seed) pair as one vmapped, jitted job.
+
+    Args:
+        trainer: from `make_train`.
+        key: split into one key per run (runs never share a key).
+        reward_indices: candidate indices into the bank.
+        seeds_per_reward: runs per candidate.
+        hparams: shared HParams (default HParams()); vmapped fields may be given with a
+            leading run axis instead.
+        chunk_epochs: epochs per jitted call (default: all); `progress(epoch, metrics)`
+            is called on the host after each chunk.
+
+    Returns:
+        (final TrainState with a leading run axis R, Metrics [R, epochs], reward_index i32[R]).
+    """
+    hparams = HParams() if hparams is None else hparams
+    reward_index = jnp.repeat(jnp.asarray(reward_indices, jnp.int32), seeds_per_reward)
+    runs = reward_index.shape[0]
+    keys = jax.random.split(key, runs)
+    hp_axes = jax.tree.map(lambda x: 0 if jnp.ndim(x) > 0 and jnp.shape(x)[0] == runs else None, hparams)
+    epochs = trainer.config.epochs
+    chunk = chunk_epochs or epochs
+    init = jax.jit(jax.vmap(trainer.init, in_axes=(0, hp_axes, 0)))
+    step = jax.jit(jax.vmap(lambda s, h, r: trainer.run_epochs(s, h, r, chunk), in_axes=(0, hp_axes, 0)))
+    state = init(keys, hparams, reward_index)
+    chunks = []
+    for done in range(0, epochs, chunk):
+        state, metrics = step(state, hparams, reward_index)
+        chunks.append(metrics)
+        if progress is not None:
+            progress(done + chunk, metrics)
+    metrics = jax.tree.map(lambda *xs: jnp.concatenate(xs, axis=1), *chunks)
+    return state, metrics, reward_index

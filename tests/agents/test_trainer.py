@@ -1,0 +1,91 @@
+"""The batched QR-SAC trainer: vmapped runs, failure isolation, learning on a tiny task."""
+
+import jax
+import numpy as np
+import pytest
+
+import jaxrace
+from jaxrace.agents.trainer import HParams, TrainConfig, make_train, train_many
+from jaxrace.rewards import RewardBank, compile_reward, library_reward
+
+EXPLODING = '''
+def reward(prev, action, curr):
+    progress = curr.progress - prev.progress
+    return 1e9 * progress, {"progress": progress}
+'''
+
+
+@pytest.fixture(scope="module")
+def setup():
+    env, params = jaxrace.make(track="oval", start="time_trial", time_limit=60.0)
+    bank = RewardBank.from_compiled([library_reward("progress"), compile_reward(EXPLODING, name="exploding")])
+    return env, params, bank
+
+
+def small(epochs=4, **kw):
+    return TrainConfig(num_envs=4, rollout_steps=4, updates_per_epoch=2, batch_size=16, replay_size=2000,
+                       warmup_epochs=1, epochs=epochs, **kw)
+
+
+def test_vmapped_runs_differ_by_seed_and_match_the_unvmapped_run(setup):
+    env, params, bank = setup
+    trainer = make_train(small(), env, params, bank)
+    keys = jax.random.split(jax.random.key(0), 2)
+    batched = jax.jit(jax.vmap(lambda k: trainer.train(k, HParams(), 0)))
+    states, metrics = batched(keys)
+    assert metrics.critic_loss.shape == (2, 4)
+    assert not np.allclose(metrics.progress[0], metrics.progress[1])
+    single_state, single = jax.jit(lambda k: trainer.train(k, HParams(), 0))(keys[1])
+    np.testing.assert_allclose(metrics.critic_loss[1], single.critic_loss, rtol=1e-4)
+    np.testing.assert_allclose(metrics.progress[1], single.progress, rtol=1e-5)
+    leaves = jax.tree.leaves(jax.tree.map(lambda a, b: np.allclose(a[1], b, rtol=1e-3, atol=1e-5),
+                                          states.actor, single_state.actor))
+    assert all(leaves)
+
+
+def test_a_failing_candidate_is_frozen_and_does_not_touch_the_others(setup):
+    env, params, bank = setup
+    trainer = make_train(small(epochs=5), env, params, bank)
+    key = jax.random.key(1)
+    with_bad, m_bad, _ = train_many(trainer, key, [0, 1])
+    without, m_good, _ = train_many(trainer, key, [0, 0])
+    assert bool(m_bad.failed[1, -1]) and not bool(m_bad.failed[0, -1])
+    # Run 0 is bit-for-bit what it is when the other run is healthy.
+    for a, b in zip(jax.tree.leaves(with_bad.actor), jax.tree.leaves(without.actor), strict=True):
+        np.testing.assert_array_equal(a[0], b[0])
+    np.testing.assert_array_equal(m_bad.critic_loss[0], m_good.critic_loss[0])
+    # The failed run's networks stopped changing once it failed.
+    first_failed = int(np.argmax(np.asarray(m_bad.failed[1])))
+    assert first_failed >= 1  # warm-up epochs do no updates, so failure comes with the first update
+    assert all(np.all(np.isfinite(np.asarray(x[1]))) for x in jax.tree.leaves(with_bad.actor))
+
+
+def test_train_many_reports_progress_in_chunks(setup):
+    env, params, bank = setup
+    trainer = make_train(small(epochs=4), env, params, bank)
+    seen = []
+    _, metrics, reward_index = train_many(trainer, jax.random.key(2), [0], seeds_per_reward=2, chunk_epochs=2,
+                                          progress=lambda epoch, m: seen.append(epoch))
+    assert seen == [2, 4] and metrics.progress.shape == (2, 4)
+    np.testing.assert_array_equal(reward_index, [0, 0])
+
+
+def test_the_trainer_rejects_what_it_cannot_train_yet():
+    from jaxrace.agents.networks import NetworkConfig
+
+    with pytest.raises(NotImplementedError, match="GRU"):
+        TrainConfig(network=NetworkConfig(recurrent=True))
+
+
+@pytest.mark.slow
+def test_learns_to_make_progress_on_a_tiny_task(setup):
+    env, params, bank = setup
+    config = TrainConfig(num_envs=16, rollout_steps=8, updates_per_epoch=8, batch_size=128, replay_size=50_000,
+                         warmup_epochs=2, epochs=150)
+    trainer = make_train(config, env, params, bank)
+    _, metrics = jax.jit(lambda k: trainer.train(k, HParams(), 0))(jax.random.key(0))
+    progress = np.asarray(metrics.progress)
+    random_policy = progress[:2].mean()  # the warm-up epochs act uniformly at random
+    learnt = progress[-20:].mean()
+    assert not bool(metrics.failed[-1])
+    assert learnt > 1.0 and learnt > 3 * random_policy, (random_policy, learnt)
