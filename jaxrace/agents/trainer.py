@@ -21,6 +21,7 @@ This version trains the feed-forward actor on state observations; the recurrent
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 from typing import Any, NamedTuple
 
 import flashbax
@@ -30,6 +31,7 @@ import optax
 from flax import struct
 
 from jaxrace.agents import losses
+from jaxrace.agents.checkpoint import load_checkpoint, save_checkpoint
 from jaxrace.agents.networks import Actor, NetworkConfig, TwinCritic, action_distribution, initial_carry
 from jaxrace.rewards.api import Action, RaceView
 from jaxrace.rewards.bank import RewardBank
@@ -287,7 +289,8 @@ def make_train(config: TrainConfig, env, env_params, bank: RewardBank) -> Traine
 
 
 def train_many(trainer: Trainer, key: jax.Array, reward_indices, seeds_per_reward: int = 1,
-               hparams: HParams | None = None, chunk_epochs: int | None = None, progress=None):
+               hparams: HParams | None = None, chunk_epochs: int | None = None, progress=None,
+               checkpoint: str | None = None):
     """Trains every (reward index, seed) pair as one vmapped, jitted job.
 
     Args:
@@ -299,6 +302,9 @@ def train_many(trainer: Trainer, key: jax.Array, reward_indices, seeds_per_rewar
             leading run axis instead.
         chunk_epochs: epochs per jitted call (default: all); `progress(epoch, metrics)`
             is called on the host after each chunk.
+        checkpoint: a file path; the job state is saved there after every chunk, and a
+            job started with an existing checkpoint resumes from it (same arguments).
+            The metrics of chunks done before the resume are in the checkpoint too.
 
     Returns:
         (final TrainState with a leading run axis R, Metrics [R, epochs], reward_index i32[R]).
@@ -312,12 +318,19 @@ def train_many(trainer: Trainer, key: jax.Array, reward_indices, seeds_per_rewar
     chunk = chunk_epochs or epochs
     init = jax.jit(jax.vmap(trainer.init, in_axes=(0, hp_axes, 0)))
     step = jax.jit(jax.vmap(lambda s, h, r: trainer.run_epochs(s, h, r, chunk), in_axes=(0, hp_axes, 0)))
+    if epochs % chunk:
+        raise ValueError(f"chunk_epochs ({chunk}) must divide epochs ({epochs})")
     state = init(keys, hparams, reward_index)
-    chunks = []
-    for done in range(0, epochs, chunk):
+    history = jax.tree.map(lambda x: jnp.zeros((runs, epochs), x.dtype),
+                           jax.eval_shape(lambda: step(state, hparams, reward_index)[1]))
+    start = 0
+    if checkpoint is not None and Path(checkpoint).exists():
+        (state, history), start = load_checkpoint(checkpoint, (state, history))
+    for done in range(start, epochs, chunk):
         state, metrics = step(state, hparams, reward_index)
-        chunks.append(metrics)
+        history = jax.tree.map(lambda h, m, d=done: h.at[:, d:d + chunk].set(m), history, metrics)
+        if checkpoint is not None:
+            save_checkpoint(checkpoint, (state, history), done + chunk)
         if progress is not None:
             progress(done + chunk, metrics)
-    metrics = jax.tree.map(lambda *xs: jnp.concatenate(xs, axis=1), *chunks)
-    return state, metrics, reward_index
+    return state, history, reward_index

@@ -1,6 +1,7 @@
 """The batched QR-SAC trainer: vmapped runs, failure isolation, learning on a tiny task."""
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -89,3 +90,40 @@ def test_learns_to_make_progress_on_a_tiny_task(setup):
     learnt = progress[-20:].mean()
     assert not bool(metrics.failed[-1])
     assert learnt > 1.0 and learnt > 3 * random_policy, (random_policy, learnt)
+
+
+def test_a_killed_job_resumes_from_its_checkpoint_to_the_same_result(setup, tmp_path):
+    env, params, bank = setup
+    trainer = make_train(small(epochs=4), env, params, bank)
+    key = jax.random.key(3)
+    straight, m_straight, _ = train_many(trainer, key, [0], chunk_epochs=2)
+    path = tmp_path / "job.npz"
+
+    class Killed(Exception):
+        pass
+
+    def kill_after_first_chunk(epoch, metrics):
+        if epoch == 2:
+            raise Killed
+
+    with pytest.raises(Killed):
+        train_many(trainer, key, [0], chunk_epochs=2, checkpoint=path, progress=kill_after_first_chunk)
+    resumed_epochs = []
+    resumed, m_resumed, _ = train_many(trainer, key, [0], chunk_epochs=2, checkpoint=path,
+                                       progress=lambda epoch, m: resumed_epochs.append(epoch))
+    assert resumed_epochs == [4]  # only the second chunk ran again
+    for a, b in zip(jax.tree.leaves(straight), jax.tree.leaves(resumed), strict=True):
+        if jax.dtypes.issubdtype(a.dtype, jax.dtypes.prng_key):
+            a, b = jax.random.key_data(a), jax.random.key_data(b)
+        np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(m_straight.critic_loss, m_resumed.critic_loss)
+
+
+def test_a_checkpoint_from_another_job_is_rejected(setup, tmp_path):
+    from jaxrace.agents.checkpoint import load_checkpoint, save_checkpoint
+
+    path = save_checkpoint(tmp_path / "other.npz", {"a": jnp.zeros(3)}, 1)
+    with pytest.raises(ValueError, match="different configuration"):
+        load_checkpoint(path, {"a": jnp.zeros(3), "b": jnp.zeros(2)})
+    with pytest.raises(ValueError, match="shape"):
+        load_checkpoint(path, {"a": jnp.zeros(4)})
