@@ -13,7 +13,7 @@ import numpy as np
 
 import jaxrace
 from jaxrace.envs.render import make_textures
-from jaxrace.envs.rollouts import ai_trajectory
+from jaxrace.envs.rollouts import trajectory
 from jaxrace.envs.video import overlay, render_frames, write_video
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
@@ -23,7 +23,7 @@ def main() -> None:
     DOCS.mkdir(exist_ok=True)
     env, params = jaxrace.make(track="gp", num_opponents=7, laps=2, start="grid_back")
     params = params.replace(textures=make_textures(params.tracks, 2048))
-    states = jax.jit(ai_trajectory, static_argnums=(0, 3))(env, params, jax.random.key(7), 700)
+    states = jax.jit(trajectory, static_argnums=(0, 3))(env, params, jax.random.key(7), 700)
     clip = jax.tree.map(lambda x: x[400:460], states)  # 6 s mid-race
     chase = overlay(render_frames(env, params, clip), clip, params)
     write_video(chase, DOCS / "race.gif", fps=10)

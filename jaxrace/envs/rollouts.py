@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxrace.envs.race import EnvParams, RaceEnv
+from jaxrace.envs.race import EnvParams, EnvState, RaceEnv
 from jaxrace.envs.track import track_slice
 
 
@@ -27,9 +27,23 @@ class RaceRecord(NamedTuple):
     finish_time: jax.Array  # f32, s
     off_course: jax.Array  # bool, beyond the course-out margin
     wall_contact: jax.Array  # bool
-    hit_other_from_behind: jax.Array  # bool
+    hit_other_from_behind: jax.Array  # bool (this car's fault)
+    hit_from_behind: jax.Array  # bool (another car's fault)
     side_contact: jax.Array  # bool
     active: jax.Array  # bool
+
+
+def race_record(state: EnvState, params: EnvParams) -> RaceRecord:
+    """The RaceRecord row (arrays [C]) of one state."""
+    c = state.cars
+    here = track_slice(params.tracks, state.track_index).row(c.station)
+    edge = jnp.minimum(here.width_left - c.lateral, here.width_right + c.lateral)
+    return RaceRecord(
+        laps=c.laps, last_lap=c.last_lap, rank=c.rank, finished=c.finished, finish_time=c.finish_time,
+        off_course=(edge < -params.course_out_margin) & state.active, wall_contact=c.wall_contact,
+        hit_other_from_behind=c.hit_other_from_behind, hit_from_behind=c.hit_from_behind,
+        side_contact=c.side_contact, active=state.active,
+    )
 
 
 def ai_race(env: RaceEnv, params: EnvParams, key: jax.Array, num_steps: int) -> RaceRecord:
@@ -40,19 +54,33 @@ def ai_race(env: RaceEnv, params: EnvParams, key: jax.Array, num_steps: int) -> 
     _, state = env.reset(key, params)
 
     def body(state, step_key):
-        action = env.ai_action(state, params)
-        _, state, *_ = env.step_env(step_key, state, action, params)
-        c = state.cars
-        here = track_slice(params.tracks, state.track_index).row(c.station)
-        edge = jnp.minimum(here.width_left - c.lateral, here.width_right + c.lateral)
-        return state, RaceRecord(
-            laps=c.laps, last_lap=c.last_lap, rank=c.rank, finished=c.finished, finish_time=c.finish_time,
-            off_course=(edge < -params.course_out_margin) & state.active, wall_contact=c.wall_contact,
-            hit_other_from_behind=c.hit_other_from_behind, side_contact=c.side_contact, active=state.active,
-        )
+        _, state, *_ = env.step_env(step_key, state, env.ai_action(state, params), params)
+        return state, race_record(state, params)
 
     _, record = jax.lax.scan(body, state, jax.random.split(key, num_steps))
     return record
+
+
+def trajectory(env: RaceEnv, params: EnvParams, key: jax.Array, num_steps: int, policy=None) -> EnvState:
+    """The stacked EnvState of one race: leading axis `num_steps + 1` (the reset state first).
+
+    Args:
+        policy: `policy(obs) -> f32[2]`, the ego car's action; None lets the built-in AI
+            drive it. The opponents are always the AI.
+
+    Jit it with `env`, `num_steps` and `policy` static. This is what
+    `jaxrace.envs.video` renders and what evaluation summarises.
+    """
+    obs, state = env.reset(key, params)
+
+    def body(carry, step_key):
+        obs, state = carry
+        action = env.ai_action(state, params) if policy is None else policy(obs)
+        obs, state, *_ = env.step_env(step_key, state, action, params)
+        return (obs, state), state
+
+    _, states = jax.lax.scan(body, (obs, state), jax.random.split(key, num_steps))
+    return jax.tree.map(lambda first, rest: jnp.concatenate([first[None], rest]), state, states)
 
 
 @dataclass
@@ -125,19 +153,3 @@ def format_summary(summary: RaceSummary, skills=None) -> str:
     lines.append(f"overtakes {summary.overtakes}, car contacts {summary.contacts}, "
                  f"course-outs {summary.course_outs}, wall hits {summary.wall_hits}")
     return "\n".join(lines)
-
-
-def ai_trajectory(env: RaceEnv, params: EnvParams, key: jax.Array, num_steps: int):
-    """The stacked EnvState of an AI race: leading axis `num_steps + 1` (the reset state first).
-
-    Jit it with `num_steps` static: `jax.jit(ai_trajectory, static_argnums=(0, 3))`.
-    This is what `jaxrace.envs.video` renders.
-    """
-    _, state = env.reset(key, params)
-
-    def body(state, step_key):
-        _, state, *_ = env.step_env(step_key, state, env.ai_action(state, params), params)
-        return state, state
-
-    _, states = jax.lax.scan(body, state, jax.random.split(key, num_steps))
-    return jax.tree.map(lambda first, rest: jnp.concatenate([first[None], rest]), state, states)

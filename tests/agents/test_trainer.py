@@ -127,3 +127,27 @@ def test_a_checkpoint_from_another_job_is_rejected(setup, tmp_path):
         load_checkpoint(path, {"a": jnp.zeros(3), "b": jnp.zeros(2)})
     with pytest.raises(ValueError, match="shape"):
         load_checkpoint(path, {"a": jnp.zeros(4)})
+
+
+def test_evaluation_races_every_run_and_reports_metrics(setup):
+    from jaxrace.agents.evaluation import evaluate, race_metrics
+    from jaxrace.envs.rollouts import trajectory
+
+    env, params, bank = setup
+    trainer = make_train(small(epochs=2), env, params, bank)
+    state, _, _ = train_many(trainer, jax.random.key(4), [0], seeds_per_reward=2)
+    states, metrics = evaluate(trainer, state.actor, env, params, jax.random.key(5), num_steps=30, num_races=2)
+    assert states.time.shape == (2, 2, 31)
+    assert len(metrics) == 2 and all(len(m) == 2 for m in metrics)
+    m = metrics[0][0]
+    assert m.finishing_position == 1 and m.laps == 0 and m.best_lap is None and not m.finished
+    # Deterministic: the same key gives the same race.
+    again, _ = evaluate(trainer, state.actor, env, params, jax.random.key(5), num_steps=30, num_races=2)
+    np.testing.assert_array_equal(states.cars.body.x, again.cars.body.x)
+    # The built-in AI finishes a short race: metrics of a finished race are filled in.
+    race_env, race_params = jaxrace.make(track="oval", num_opponents=3, laps=1)
+    ai = jax.jit(trajectory, static_argnums=(0, 3))(race_env, race_params, jax.random.key(6), 700)
+    result = race_metrics(ai, race_params)
+    assert result.finished and result.laps == 1 and result.best_lap > 0
+    assert result.winning_margin is not None and (result.winning_margin > 0) == (result.finishing_position == 1)
+    assert result.positions_gained == result.start_position - result.finishing_position

@@ -185,10 +185,10 @@ def test_pixels_only_when_asked(oval):
 def test_a_clip_is_written_and_reads_back_with_the_expected_frames(oval, tmp_path):
     import imageio.v2 as imageio
 
-    from jaxrace.envs.rollouts import ai_trajectory
+    from jaxrace.envs.rollouts import trajectory
 
     env, params, _ = oval
-    states = jax.jit(ai_trajectory, static_argnums=(0, 3))(env, params, jax.random.key(3), 40)
+    states = jax.jit(trajectory, static_argnums=(0, 3))(env, params, jax.random.key(3), 40)
     path = render_clip(env, params, states, tmp_path / "clip.mp4", start=5, seconds=2.0, size=(72, 128))
     frames = imageio.mimread(path)
     assert len(frames) == 20 and frames[0].shape == (72, 128, 3)

@@ -1,0 +1,88 @@
+"""Deterministic evaluation of trained policies: races and their metrics.
+
+`evaluate` runs `num_races` races per trained run (vmapped over runs and races, one
+jitted call) with the policy's deterministic action for the ego car and the built-in AI
+for the opponents, and returns the trajectories (for clips and videos) with per-race
+metrics computed on the host.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import numpy as np
+
+from jaxrace.envs.rollouts import _onsets, race_record, summarise, trajectory
+
+
+@dataclasses.dataclass
+class RaceMetrics:
+    """The ego car's race, host-side."""
+
+    finishing_position: int
+    start_position: int
+    positions_gained: int
+    laps: int
+    lap_times: list[float]
+    best_lap: float | None  # s, None before a full lap
+    mean_lap: float | None
+    finished: bool
+    winning_margin: float | None  # s, + ahead of the second car when winning, - behind the winner
+    collisions_at_fault: int  # we ran into the back of another car
+    collisions_not_at_fault: int  # another car ran into our back
+    side_contacts: int
+    course_outs: int
+    wall_hits: int
+
+
+def race_metrics(states, params) -> RaceMetrics:
+    """Metrics of the ego car (car 0) from one race's stacked EnvState (leading axis T + 1)."""
+    record = jax.tree.map(np.asarray, jax.vmap(lambda s: race_record(s, params))(states))
+    laps_limit = int(np.asarray(params.laps))
+    summary = summarise(record, laps_limit)
+    ego = next(r for r in summary.results if r.car == 0)
+    finish = {r.car: r.finish_time for r in summary.results}
+    margin = None
+    if ego.finish_time is not None:
+        others = [t for car, t in finish.items() if car != 0 and t is not None]
+        if ego.position == 1:
+            margin = (min(others) - ego.finish_time) if others else None
+        else:
+            winner = min(t for t in finish.values() if t is not None)
+            margin = winner - ego.finish_time
+    return RaceMetrics(
+        finishing_position=ego.position, start_position=ego.start_position,
+        positions_gained=ego.start_position - ego.position, laps=ego.laps, lap_times=ego.lap_times,
+        best_lap=min(ego.lap_times) if ego.lap_times else None,
+        mean_lap=float(np.mean(ego.lap_times)) if ego.lap_times else None,
+        finished=ego.finish_time is not None, winning_margin=margin,
+        collisions_at_fault=_onsets(record.hit_other_from_behind[:, 0]),
+        collisions_not_at_fault=_onsets(record.hit_from_behind[:, 0]),
+        side_contacts=_onsets(record.side_contact[:, 0]),
+        course_outs=_onsets(record.off_course[:, 0]), wall_hits=_onsets(record.wall_contact[:, 0]),
+    )
+
+
+def evaluate(trainer, actor_params, env, params, key: jax.Array, num_steps: int, num_races: int = 1):
+    """Races every run's deterministic policy.
+
+    Args:
+        trainer: from `make_train` (its `policy`).
+        actor_params: actor parameters with a leading run axis R (TrainState.actor).
+        num_steps: static steps per race; num_races: races per run (different keys).
+
+    Returns:
+        (states: EnvState with leading axes [R, num_races, num_steps + 1],
+         metrics: list over runs of lists over races of RaceMetrics).
+    """
+    runs = jax.tree.leaves(actor_params)[0].shape[0]
+
+    def one(actor, race_key):
+        return trajectory(env, params, race_key, num_steps, policy=lambda obs: trainer.policy(actor, obs))
+
+    keys = jax.random.split(key, runs * num_races).reshape(runs, num_races)
+    states = jax.jit(jax.vmap(jax.vmap(one, in_axes=(None, 0))))(actor_params, keys)
+    metrics = [[race_metrics(jax.tree.map(lambda x, r=r, i=i: x[r, i], states), params) for i in range(num_races)]
+               for r in range(runs)]
+    return states, metrics
