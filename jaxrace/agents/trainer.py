@@ -21,6 +21,7 @@ This version trains the feed-forward actor on state observations; the recurrent
 from __future__ import annotations
 
 import dataclasses
+import functools
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -288,6 +289,29 @@ def make_train(config: TrainConfig, env, env_params, bank: RewardBank) -> Traine
     return Trainer(config=config, init=init, run_epochs=run_epochs, train=train, policy=policy)
 
 
+@functools.partial(jax.jit, static_argnums=(0,))
+def _init_runs(trainer: Trainer, keys, hparams, reward_index):
+    return jax.vmap(trainer.init)(keys, hparams, reward_index)
+
+
+@functools.partial(jax.jit, static_argnums=(0, 4))
+def _run_chunk(trainer: Trainer, state, hparams, reward_index, num_epochs: int):
+    return jax.vmap(lambda s, h, r: trainer.run_epochs(s, h, r, num_epochs))(state, hparams, reward_index)
+
+
+def _per_run(hparams: HParams, runs: int) -> HParams:
+    """HParams with a leading run axis on every field (shared values are broadcast)."""
+    def broadcast(name, value):
+        value = jnp.asarray(value, jnp.float32)
+        per_run = value.ndim == (2 if name == "reward_params" else 1)
+        if per_run and value.shape[0] != runs:
+            raise ValueError(f"HParams.{name} has {value.shape[0]} values for {runs} runs")
+        return value if per_run else jnp.broadcast_to(value, (runs, *value.shape))
+
+    fields = {f.name: getattr(hparams, f.name) for f in dataclasses.fields(hparams)}
+    return HParams(**{k: None if v is None else broadcast(k, v) for k, v in fields.items()})
+
+
 def train_many(trainer: Trainer, key: jax.Array, reward_indices, seeds_per_reward: int = 1,
                hparams: HParams | None = None, chunk_epochs: int | None = None, progress=None,
                checkpoint: str | None = None):
@@ -298,8 +322,8 @@ def train_many(trainer: Trainer, key: jax.Array, reward_indices, seeds_per_rewar
         key: split into one key per run (runs never share a key).
         reward_indices: candidate indices into the bank.
         seeds_per_reward: runs per candidate.
-        hparams: shared HParams (default HParams()); vmapped fields may be given with a
-            leading run axis instead.
+        hparams: HParams (default HParams()); a field may hold one value per run
+            (a leading axis of R = len(reward_indices) * seeds_per_reward) for a sweep.
         chunk_epochs: epochs per jitted call (default: all); `progress(epoch, metrics)`
             is called on the host after each chunk.
         checkpoint: a file path; the job state is saved there after every chunk, and a
@@ -309,25 +333,22 @@ def train_many(trainer: Trainer, key: jax.Array, reward_indices, seeds_per_rewar
     Returns:
         (final TrainState with a leading run axis R, Metrics [R, epochs], reward_index i32[R]).
     """
-    hparams = HParams() if hparams is None else hparams
     reward_index = jnp.repeat(jnp.asarray(reward_indices, jnp.int32), seeds_per_reward)
     runs = reward_index.shape[0]
+    hparams = _per_run(HParams() if hparams is None else hparams, runs)
     keys = jax.random.split(key, runs)
-    hp_axes = jax.tree.map(lambda x: 0 if jnp.ndim(x) > 0 and jnp.shape(x)[0] == runs else None, hparams)
     epochs = trainer.config.epochs
     chunk = chunk_epochs or epochs
-    init = jax.jit(jax.vmap(trainer.init, in_axes=(0, hp_axes, 0)))
-    step = jax.jit(jax.vmap(lambda s, h, r: trainer.run_epochs(s, h, r, chunk), in_axes=(0, hp_axes, 0)))
     if epochs % chunk:
         raise ValueError(f"chunk_epochs ({chunk}) must divide epochs ({epochs})")
-    state = init(keys, hparams, reward_index)
+    state = _init_runs(trainer, keys, hparams, reward_index)
     history = jax.tree.map(lambda x: jnp.zeros((runs, epochs), x.dtype),
-                           jax.eval_shape(lambda: step(state, hparams, reward_index)[1]))
+                           jax.eval_shape(lambda: _run_chunk(trainer, state, hparams, reward_index, chunk)[1]))
     start = 0
     if checkpoint is not None and Path(checkpoint).exists():
         (state, history), start = load_checkpoint(checkpoint, (state, history))
     for done in range(start, epochs, chunk):
-        state, metrics = step(state, hparams, reward_index)
+        state, metrics = _run_chunk(trainer, state, hparams, reward_index, chunk)
         history = jax.tree.map(lambda h, m, d=done: h.at[:, d:d + chunk].set(m), history, metrics)
         if checkpoint is not None:
             save_checkpoint(checkpoint, (state, history), done + chunk)

@@ -23,19 +23,24 @@ def setup():
     return env, params, bank
 
 
-def small(epochs=4, **kw):
-    return TrainConfig(num_envs=4, rollout_steps=4, updates_per_epoch=2, batch_size=16, replay_size=2000,
-                       warmup_epochs=1, epochs=epochs, **kw)
+@pytest.fixture(scope="module")
+def trainer(setup):
+    """One small trainer for every test: train_many compiles it once per (runs, chunk) shape.
 
-
-def test_vmapped_runs_differ_by_seed_and_match_the_unvmapped_run(setup):
+    Every test below runs 2 runs in chunks of 2 epochs, so they share one compiled job.
+    """
     env, params, bank = setup
-    trainer = make_train(small(), env, params, bank)
-    keys = jax.random.split(jax.random.key(0), 2)
-    batched = jax.jit(jax.vmap(lambda k: trainer.train(k, HParams(), 0)))
-    states, metrics = batched(keys)
+    config = TrainConfig(num_envs=4, rollout_steps=4, updates_per_epoch=2, batch_size=16, replay_size=2000,
+                         warmup_epochs=1, epochs=4)
+    return make_train(config, env, params, bank)
+
+
+def test_vmapped_runs_differ_by_seed_and_match_the_unvmapped_run(trainer):
+    key = jax.random.key(0)
+    states, metrics, _ = train_many(trainer, key, [0], seeds_per_reward=2, chunk_epochs=2)
     assert metrics.critic_loss.shape == (2, 4)
     assert not np.allclose(metrics.progress[0], metrics.progress[1])
+    keys = jax.random.split(key, 2)
     single_state, single = jax.jit(lambda k: trainer.train(k, HParams(), 0))(keys[1])
     np.testing.assert_allclose(metrics.critic_loss[1], single.critic_loss, rtol=1e-4)
     np.testing.assert_allclose(metrics.progress[1], single.progress, rtol=1e-5)
@@ -44,12 +49,10 @@ def test_vmapped_runs_differ_by_seed_and_match_the_unvmapped_run(setup):
     assert all(leaves)
 
 
-def test_a_failing_candidate_is_frozen_and_does_not_touch_the_others(setup):
-    env, params, bank = setup
-    trainer = make_train(small(epochs=5), env, params, bank)
+def test_a_failing_candidate_is_frozen_and_does_not_touch_the_others(trainer):
     key = jax.random.key(1)
-    with_bad, m_bad, _ = train_many(trainer, key, [0, 1])
-    without, m_good, _ = train_many(trainer, key, [0, 0])
+    with_bad, m_bad, _ = train_many(trainer, key, [0, 1], chunk_epochs=2)
+    without, m_good, _ = train_many(trainer, key, [0, 0], chunk_epochs=2)
     assert bool(m_bad.failed[1, -1]) and not bool(m_bad.failed[0, -1])
     # Run 0 is bit-for-bit what it is when the other run is healthy.
     for a, b in zip(jax.tree.leaves(with_bad.actor), jax.tree.leaves(without.actor), strict=True):
@@ -61,9 +64,7 @@ def test_a_failing_candidate_is_frozen_and_does_not_touch_the_others(setup):
     assert all(np.all(np.isfinite(np.asarray(x[1]))) for x in jax.tree.leaves(with_bad.actor))
 
 
-def test_train_many_reports_progress_in_chunks(setup):
-    env, params, bank = setup
-    trainer = make_train(small(epochs=4), env, params, bank)
+def test_train_many_reports_progress_in_chunks(trainer):
     seen = []
     _, metrics, reward_index = train_many(trainer, jax.random.key(2), [0], seeds_per_reward=2, chunk_epochs=2,
                                           progress=lambda epoch, m: seen.append(epoch))
@@ -92,11 +93,9 @@ def test_learns_to_make_progress_on_a_tiny_task(setup):
     assert learnt > 1.0 and learnt > 3 * random_policy, (random_policy, learnt)
 
 
-def test_a_killed_job_resumes_from_its_checkpoint_to_the_same_result(setup, tmp_path):
-    env, params, bank = setup
-    trainer = make_train(small(epochs=4), env, params, bank)
+def test_a_killed_job_resumes_from_its_checkpoint_to_the_same_result(trainer, tmp_path):
     key = jax.random.key(3)
-    straight, m_straight, _ = train_many(trainer, key, [0], chunk_epochs=2)
+    straight, m_straight, _ = train_many(trainer, key, [0, 0], chunk_epochs=2)
     path = tmp_path / "job.npz"
 
     class Killed(Exception):
@@ -107,9 +106,9 @@ def test_a_killed_job_resumes_from_its_checkpoint_to_the_same_result(setup, tmp_
             raise Killed
 
     with pytest.raises(Killed):
-        train_many(trainer, key, [0], chunk_epochs=2, checkpoint=path, progress=kill_after_first_chunk)
+        train_many(trainer, key, [0, 0], chunk_epochs=2, checkpoint=path, progress=kill_after_first_chunk)
     resumed_epochs = []
-    resumed, m_resumed, _ = train_many(trainer, key, [0], chunk_epochs=2, checkpoint=path,
+    resumed, m_resumed, _ = train_many(trainer, key, [0, 0], chunk_epochs=2, checkpoint=path,
                                        progress=lambda epoch, m: resumed_epochs.append(epoch))
     assert resumed_epochs == [4]  # only the second chunk ran again
     for a, b in zip(jax.tree.leaves(straight), jax.tree.leaves(resumed), strict=True):
@@ -129,13 +128,12 @@ def test_a_checkpoint_from_another_job_is_rejected(setup, tmp_path):
         load_checkpoint(path, {"a": jnp.zeros(4)})
 
 
-def test_evaluation_races_every_run_and_reports_metrics(setup):
+def test_evaluation_races_every_run_and_reports_metrics(setup, trainer):
     from jaxrace.agents.evaluation import evaluate, race_metrics
     from jaxrace.envs.rollouts import trajectory
 
-    env, params, bank = setup
-    trainer = make_train(small(epochs=2), env, params, bank)
-    state, _, _ = train_many(trainer, jax.random.key(4), [0], seeds_per_reward=2)
+    env, params, _ = setup
+    state, _, _ = train_many(trainer, jax.random.key(4), [0], seeds_per_reward=2, chunk_epochs=2)
     states, metrics = evaluate(trainer, state.actor, env, params, jax.random.key(5), num_steps=30, num_races=2)
     assert states.time.shape == (2, 2, 31)
     assert len(metrics) == 2 and all(len(m) == 2 for m in metrics)
@@ -151,3 +149,15 @@ def test_evaluation_races_every_run_and_reports_metrics(setup):
     assert result.finished and result.laps == 1 and result.best_lap > 0
     assert result.winning_margin is not None and (result.winning_margin > 0) == (result.finishing_position == 1)
     assert result.positions_gained == result.start_position - result.finishing_position
+
+
+def test_hparams_can_differ_per_run_and_bad_lengths_are_rejected(trainer):
+    sweep = HParams(critic_lr=jnp.array([3e-4, 0.0]))  # run 1's critic never moves
+    state, _, _ = train_many(trainer, jax.random.key(7), [0], seeds_per_reward=2, hparams=sweep, chunk_epochs=2)
+    fresh = jax.vmap(trainer.init, in_axes=(0, None, 0))(jax.random.split(jax.random.key(7), 2), HParams(),
+                                                          jnp.zeros(2, jnp.int32))
+    first = jax.tree.leaves(state.critic)[0]
+    init_first = jax.tree.leaves(fresh.critic)[0]
+    assert not np.allclose(first[0], init_first[0]) and np.allclose(first[1], init_first[1])
+    with pytest.raises(ValueError, match="3 values for 2 runs"):
+        train_many(trainer, jax.random.key(7), [0, 0], hparams=HParams(actor_lr=jnp.ones(3)), chunk_epochs=2)
