@@ -32,7 +32,11 @@ class _Worker:
         self.memory_gib = memory_gib
         self.stderr = tempfile.TemporaryFile()
         env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
-        env.update(JAX_PLATFORMS="cpu", TF_CPP_MIN_LOG_LEVEL="3", PYTHONUNBUFFERED="1")
+        # One CPU thread for XLA and two malloc arenas: validation runs on 64 transitions,
+        # and a small address-space footprint keeps the memory limit meaningful on
+        # machines with many cores (each thread's arena reserves address space).
+        env.update(JAX_PLATFORMS="cpu", TF_CPP_MIN_LOG_LEVEL="3", PYTHONUNBUFFERED="1", MALLOC_ARENA_MAX="2",
+                   XLA_FLAGS="--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1")
         # The worker sets its own memory limit first thing (a preexec_fn would fork a
         # multithreaded JAX process).
         self.proc = subprocess.Popen(
