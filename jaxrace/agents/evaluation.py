@@ -13,7 +13,7 @@ import dataclasses
 import jax
 import numpy as np
 
-from jaxrace.envs.rollouts import _onsets, race_record, summarise, trajectory
+from jaxrace.envs.rollouts import count_onsets, race_record, summarise, trajectory
 
 
 @dataclasses.dataclass
@@ -57,10 +57,10 @@ def race_metrics(states, params) -> RaceMetrics:
         best_lap=min(ego.lap_times) if ego.lap_times else None,
         mean_lap=float(np.mean(ego.lap_times)) if ego.lap_times else None,
         finished=ego.finish_time is not None, winning_margin=margin,
-        collisions_at_fault=_onsets(record.hit_other_from_behind[:, 0]),
-        collisions_not_at_fault=_onsets(record.hit_from_behind[:, 0]),
-        side_contacts=_onsets(record.side_contact[:, 0]),
-        course_outs=_onsets(record.off_course[:, 0]), wall_hits=_onsets(record.wall_contact[:, 0]),
+        collisions_at_fault=count_onsets(record.hit_other_from_behind[:, 0]),
+        collisions_not_at_fault=count_onsets(record.hit_from_behind[:, 0]),
+        side_contacts=count_onsets(record.side_contact[:, 0]),
+        course_outs=count_onsets(record.off_course[:, 0]), wall_hits=count_onsets(record.wall_contact[:, 0]),
     )
 
 

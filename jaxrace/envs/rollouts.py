@@ -106,7 +106,7 @@ class RaceSummary:
     wall_hits: int  # times a car touched a wall
 
 
-def _onsets(flag: np.ndarray) -> int:
+def count_onsets(flag: np.ndarray) -> int:
     """Number of False -> True transitions along axis 0, summed."""
     f = flag.astype(np.int8)
     return int(np.sum(np.diff(f, axis=0, prepend=0) == 1))
@@ -129,13 +129,13 @@ def summarise(record: RaceRecord, race_laps: int | None = None) -> RaceSummary:
         ))
     results.sort(key=lambda r: r.position)
     gains = np.diff(rec.rank[:, active], axis=0)
-    contacts = _onsets(rec.hit_other_from_behind[:, active]) + _onsets(rec.side_contact[:, active]) // 2
+    contacts = count_onsets(rec.hit_other_from_behind[:, active]) + count_onsets(rec.side_contact[:, active]) // 2
     return RaceSummary(
         results=results,
         overtakes=int(np.sum(gains < 0)),
         contacts=contacts,
-        course_outs=_onsets(rec.off_course[:, active]),
-        wall_hits=_onsets(rec.wall_contact[:, active]),
+        course_outs=count_onsets(rec.off_course[:, active]),
+        wall_hits=count_onsets(rec.wall_contact[:, active]),
     )
 
 
