@@ -9,6 +9,7 @@ metrics computed on the host.
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import jax
 import numpy as np
@@ -64,6 +65,16 @@ def race_metrics(states, params) -> RaceMetrics:
     )
 
 
+@functools.partial(jax.jit, static_argnums=(0, 1, 5))
+def _races(trainer, env, actor_params, params, keys, num_steps: int):
+    """Jitted once per (trainer, env, shapes, num_steps): evaluation can run every chunk."""
+    def one(actor, race_key):
+        return trajectory(env, params, race_key, num_steps, policy=lambda carry, obs: trainer.policy(actor, carry, obs),
+                          policy_carry=trainer.initial_carry())
+
+    return jax.vmap(jax.vmap(one, in_axes=(None, 0)))(actor_params, keys)
+
+
 def evaluate(trainer, actor_params, env, params, key: jax.Array, num_steps: int, num_races: int = 1):
     """Races every run's deterministic policy.
 
@@ -77,12 +88,8 @@ def evaluate(trainer, actor_params, env, params, key: jax.Array, num_steps: int,
          metrics: list over runs of lists over races of RaceMetrics).
     """
     runs = jax.tree.leaves(actor_params)[0].shape[0]
-
-    def one(actor, race_key):
-        return trajectory(env, params, race_key, num_steps, policy=lambda obs: trainer.policy(actor, obs))
-
     keys = jax.random.split(key, runs * num_races).reshape(runs, num_races)
-    states = jax.jit(jax.vmap(jax.vmap(one, in_axes=(None, 0))))(actor_params, keys)
+    states = _races(trainer, env, actor_params, params, keys, num_steps)
     metrics = [[race_metrics(jax.tree.map(lambda x, r=r, i=i: x[r, i], states), params) for i in range(num_races)]
                for r in range(runs)]
     return states, metrics

@@ -14,8 +14,13 @@ Failure isolation: a run whose losses or rewards go non-finite (or huge) is mark
 failed and frozen (its parameters stop changing); vmapped runs never mix, so the
 others are exactly what they would be without it.
 
-This version trains the feed-forward actor on state observations; the recurrent
-(GRU, burn-in) path of `NetworkConfig(recurrent=True)` is not in the trainer yet.
+Recurrent replay (`NetworkConfig(recurrent=True)`): replay samples sequences of
+`burn_in + train_length + n_step - 1` steps. Each stored step keeps the actor's GRU
+state from collection and a reset flag (first step of an episode, where the actor
+zeroes its state). The actor replays the burn-in steps from the stored state without
+gradients, then trains on the next `train_length` steps by backpropagation through
+time; the last `n_step - 1` steps only feed the n-step targets. The feed-forward
+actor is the special case burn-in 0, train length 1.
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ from flax import struct
 
 from jaxrace.agents import losses
 from jaxrace.agents.checkpoint import load_checkpoint, save_checkpoint
-from jaxrace.agents.networks import Actor, NetworkConfig, TwinCritic, action_distribution, initial_carry
+from jaxrace.agents.networks import Actor, NetworkConfig, TwinCritic, action_distribution
 from jaxrace.rewards.api import Action, RaceView
 from jaxrace.rewards.bank import RewardBank
 
@@ -53,15 +58,39 @@ class TrainConfig:
     n_step: int = 3
     warmup_epochs: int = 2  # uniform random actions, no updates
     epochs: int = 100
+    burn_in: int = 16  # recurrent actor only: replayed steps that warm the GRU state, no gradients
+    train_length: int = 32  # recurrent actor only: trained steps per sampled sequence
+    reinit_every: int = 0  # epochs between re-initialisations of the networks (primacy bias); 0: never
 
     def __post_init__(self):
-        if self.network.recurrent:
-            raise NotImplementedError("the trainer does not train the GRU actor yet: use "
-                                      "NetworkConfig(recurrent=False)")
         if self.network.actor_input != "state":
-            raise NotImplementedError("the trainer trains state observations only for now")
-        if self.n_step < 1 or self.num_envs < 1 or self.rollout_steps < 1 or self.batch_size < 1:
-            raise ValueError("n_step, num_envs, rollout_steps and batch_size must be positive")
+            raise NotImplementedError("the trainer trains state observations only for now "
+                                      "(NetworkConfig(actor_input='state'))")
+        positive = ("n_step", "num_envs", "rollout_steps", "batch_size", "train_length")
+        if any(getattr(self, name) < 1 for name in positive):
+            raise ValueError(f"{', '.join(positive)} must be positive: got "
+                             + ", ".join(f"{n}={getattr(self, n)}" for n in positive))
+        if self.burn_in < 0 or self.reinit_every < 0:
+            raise ValueError(f"burn_in and reinit_every must be >= 0: got {self.burn_in}, {self.reinit_every}")
+
+    @property
+    def trained_steps(self) -> int:
+        """Steps per sampled sequence that get losses (1 for the feed-forward actor)."""
+        return self.train_length if self.network.recurrent else 1
+
+    @property
+    def burn_in_steps(self) -> int:
+        return self.burn_in if self.network.recurrent else 0
+
+    @property
+    def sequence_length(self) -> int:
+        """Steps per sampled replay sequence: burn-in, trained steps, n-step tail."""
+        return self.burn_in_steps + self.trained_steps + self.n_step - 1
+
+    @property
+    def carry_size(self) -> int:
+        """The actor's recurrent state per env (0 without a GRU: nothing stored)."""
+        return self.network.gru_size if self.network.recurrent else 0
 
 
 @struct.dataclass
@@ -75,6 +104,7 @@ class HParams:
     target_entropy: jax.Array = -2.0
     tau: jax.Array = 0.005  # polyak rate of the target critics
     initial_alpha: jax.Array = 0.1
+    reward_scale: jax.Array = 1.0  # the critic learns scale * reward (keeps returns near O(10-100))
     reward_params: jax.Array | None = None  # f32[P] the candidate's PARAMS (None: its defaults)
 
 
@@ -88,6 +118,8 @@ class Transition(NamedTuple):
     next_obs: dict  # the true next observation (the final one when the episode ended)
     terminated: jax.Array
     truncated: jax.Array
+    carry: jax.Array  # f32[G] the actor's GRU state before this step (G = 0 without a GRU)
+    reset: jax.Array  # bool: the first step of an episode (the actor zeroes `carry`)
 
 
 @struct.dataclass
@@ -101,6 +133,8 @@ class TrainState:
     alpha_opt: Any
     env_state: Any
     obs: dict
+    carry: jax.Array  # f32[num_envs, G] the acting actor's GRU state
+    reset: jax.Array  # bool[num_envs] the next step starts an episode
     replay: Any
     key: jax.Array
     epoch: jax.Array
@@ -125,7 +159,10 @@ class Trainer:
     init: Any
     run_epochs: Any
     train: Any
-    policy: Any
+    policy: Any  # (actor_params, carry f32[G], obs) -> (carry, action f32[2]), deterministic
+    initial_carry: Any  # () -> f32[G]
+    losses: Any  # (nets, target_critic, batch, reward_index, reward_params, hparams, key) -> Losses
+    sample: Any  # (replay, key) -> Transition [batch_size, sequence_length]
 
 
 def _adam():
@@ -137,118 +174,179 @@ def _with_lr(opt_state, lr):
     return opt_state
 
 
+class Losses(NamedTuple):
+    """Mean losses over a batch of sequences."""
+
+    critic: jax.Array
+    actor: jax.Array
+    alpha: jax.Array
+    max_abs_reward: jax.Array  # of the sampled (unscaled) rewards
+
+
 def make_train(config: TrainConfig, env, env_params, bank: RewardBank) -> Trainer:
     """Builds the pure training functions for `env` with rewards from `bank`."""
     net = config.network
     actor, critic = Actor(net), TwinCritic(net)
     n = config.num_envs
+    burn, trained, seq_len = config.burn_in_steps, config.trained_steps, config.sequence_length
     step_envs = jax.vmap(env.step, in_axes=(0, 0, 0, None))
     reset_envs = jax.vmap(env.reset, in_axes=(0, None))
     buffer = flashbax.make_trajectory_buffer(
-        add_batch_size=n, sample_batch_size=config.batch_size, sample_sequence_length=config.n_step, period=1,
-        min_length_time_axis=max(config.n_step, config.rollout_steps),
-        max_length_time_axis=max(config.replay_size // n, config.rollout_steps + config.n_step))
+        add_batch_size=n, sample_batch_size=config.batch_size, sample_sequence_length=seq_len, period=1,
+        min_length_time_axis=max(seq_len, config.rollout_steps),
+        max_length_time_axis=max(config.replay_size // n, config.rollout_steps + seq_len))
+    carry0 = jnp.zeros((config.carry_size,), jnp.float32)
     no_reset = jnp.zeros((), bool)
-    carry0 = initial_carry(net)
 
-    def act(actor_params, obs, key):
-        _, (mean, log_std) = actor.apply(actor_params, carry0, obs, no_reset)
+    def actor_step(actor_params, carry, obs, reset):
+        """One env: (carry f32[G], obs, reset bool) -> (carry, (mean, log_std))."""
+        return actor.apply(actor_params, carry, obs, reset)
+
+    def sample_action(mean, log_std, key):
         return action_distribution(mean, log_std).sample_and_log_prob(seed=key)
 
-    def policy(actor_params, obs):
-        """Deterministic action for evaluation: tanh of the mean."""
-        _, (mean, _) = actor.apply(actor_params, carry0, obs, no_reset)
-        return jnp.tanh(mean)
+    def policy(actor_params, carry, obs):
+        """Deterministic action for evaluation: tanh of the mean (one env)."""
+        carry, (mean, _) = actor_step(actor_params, carry, obs, no_reset)
+        return carry, jnp.tanh(mean)
 
     def reward_of(reward_index, params, prev_view, action, view):
         act_ = Action(steering=action[0], throttle_brake=action[1])
         return bank.evaluate(reward_index, prev_view, act_, view, params)[0]
 
-    def init(key, hparams: HParams, reward_index) -> TrainState:
-        k_actor, k_critic, k_env, k_run = jax.random.split(key, 4)
-        obs, env_state = reset_envs(jax.random.split(k_env, n), env_params)
-        one_obs = jax.tree.map(lambda x: x[0], obs)
+    def new_networks(key, one_obs):
+        k_actor, k_critic = jax.random.split(key)
         actor_params = actor.init(k_actor, carry0, one_obs, no_reset)
         critic_params = critic.init(k_critic, one_obs, jnp.zeros(2))
+        opt = _adam()
+        return dict(actor=actor_params, critic=critic_params, target_critic=critic_params,
+                    actor_opt=opt.init(actor_params), critic_opt=opt.init(critic_params))
+
+    def init(key, hparams: HParams, reward_index) -> TrainState:
+        k_nets, k_env, k_run = jax.random.split(key, 3)
+        obs, env_state = reset_envs(jax.random.split(k_env, n), env_params)
+        one_obs = jax.tree.map(lambda x: x[0], obs)
         log_alpha = jnp.log(jnp.asarray(hparams.initial_alpha, jnp.float32))
         view = jax.tree.map(lambda x: x[0], env_state.view)
         example = Transition(obs=one_obs, action=jnp.zeros(2), prev_view=view, view=view, next_obs=one_obs,
-                             terminated=jnp.bool_(False), truncated=jnp.bool_(False))
+                             terminated=jnp.bool_(False), truncated=jnp.bool_(False), carry=carry0,
+                             reset=jnp.bool_(True))
         params = bank.default_params()[reward_index] if hparams.reward_params is None else hparams.reward_params
-        opt = _adam()
         return TrainState(
-            actor=actor_params, critic=critic_params, target_critic=critic_params, log_alpha=log_alpha,
-            actor_opt=opt.init(actor_params), critic_opt=opt.init(critic_params), alpha_opt=opt.init(log_alpha),
-            env_state=env_state, obs=obs, replay=buffer.init(example), key=k_run, epoch=jnp.int32(0),
+            **new_networks(k_nets, one_obs), log_alpha=log_alpha, alpha_opt=_adam().init(log_alpha),
+            env_state=env_state, obs=obs, carry=jnp.zeros((n, config.carry_size), jnp.float32),
+            reset=jnp.ones((n,), bool), replay=buffer.init(example), key=k_run, epoch=jnp.int32(0),
             failed=jnp.bool_(False), reward_params=jnp.asarray(params, jnp.float32))
 
     def collect(state: TrainState, reward_index, random_actions):
         def body(carry, key):
-            env_state, obs = carry
+            env_state, obs, h, reset = carry
             k_act, k_rand, k_env = jax.random.split(key, 3)
-            action, _ = jax.vmap(act, in_axes=(None, 0, 0))(state.actor, obs, jax.random.split(k_act, n))
+            h_next, (mean, log_std) = jax.vmap(actor_step, in_axes=(None, 0, 0, 0))(state.actor, h, obs, reset)
+            action, _ = jax.vmap(sample_action)(mean, log_std, jax.random.split(k_act, n))
             uniform = jax.random.uniform(k_rand, (n, 2), minval=-1.0, maxval=1.0)
             action = jnp.where(random_actions, uniform, action)
             next_obs, next_state, _, terminated, truncated, info = step_envs(
                 jax.random.split(k_env, n), env_state, action, env_params)
             transition = Transition(obs=obs, action=action, prev_view=env_state.view, view=info["view"],
-                                    next_obs=info["final_observation"], terminated=terminated, truncated=truncated)
-            return (next_state, next_obs), transition
+                                    next_obs=info["final_observation"], terminated=terminated, truncated=truncated,
+                                    carry=h, reset=reset)
+            return (next_state, next_obs, h_next, terminated | truncated), transition
 
         key, k_roll = jax.random.split(state.key)
-        (env_state, obs), traj = jax.lax.scan(body, (state.env_state, state.obs),
-                                              jax.random.split(k_roll, config.rollout_steps))
+        start = (state.env_state, state.obs, state.carry, state.reset)
+        (env_state, obs, h, reset), traj = jax.lax.scan(body, start, jax.random.split(k_roll, config.rollout_steps))
         traj = jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), traj)  # [n, T, ...]
         rewards = jax.vmap(jax.vmap(lambda p, a, v: reward_of(reward_index, state.reward_params, p, a, v)))(
             traj.prev_view, traj.action, traj.view)
         progress = traj.view.progress - traj.prev_view.progress
-        state = state.replace(env_state=env_state, obs=obs, replay=buffer.add(state.replay, traj), key=key)
+        state = state.replace(env_state=env_state, obs=obs, carry=h, reset=reset,
+                              replay=buffer.add(state.replay, traj), key=key)
         return state, jnp.mean(rewards), jnp.mean(progress)
 
-    def losses_of(actor_params, critic_params, log_alpha, target_params, batch: Transition, reward_index,
-                  reward_params, discount, target_entropy, key):
-        """Mean critic, actor and temperature losses over a batch of n-step sequences [B, n]."""
+    def actor_over_sequence(actor_params, seq: Transition):
+        """The actor's outputs at the trained steps and its state after every step from the burn-in on.
+
+        Returns (mean, log_std) f32[trained, 2] and carries f32[seq_len - burn, G], where
+        carries[i] is the state after step burn + i (what the next action is drawn with).
+        """
+        if not net.recurrent:
+            obs = jax.tree.map(lambda x: x[:trained], seq.obs)
+            _, (mean, log_std) = jax.vmap(actor_step, in_axes=(None, 0, 0, 0))(
+                actor_params, seq.carry[:trained], obs, seq.reset[:trained])
+            return mean, log_std, seq.carry[burn:]  # empty states (G = 0)
+
+        def scan_actor(carry, steps):
+            def body(h, step):
+                obs, reset = step
+                h, out = actor_step(actor_params, h, obs, reset)
+                return h, (h, out)
+
+            return jax.lax.scan(body, carry, steps)
+
+        carry = seq.carry[0]
+        if burn:
+            # Burn-in: replay the stored state forward to the first trained step; no gradients.
+            carry, _ = scan_actor(carry, jax.tree.map(lambda x: x[:burn], (seq.obs, seq.reset)))
+            carry = jax.lax.stop_gradient(carry)
+        _, (carries, (mean, log_std)) = scan_actor(carry, jax.tree.map(lambda x: x[burn:], (seq.obs, seq.reset)))
+        return mean[:trained], log_std[:trained], carries
+
+    def losses_of(nets, target_params, batch: Transition, reward_index, reward_params, hparams: HParams, key):
+        """Mean critic, actor and temperature losses over a batch of sequences [B, seq_len].
+
+        `nets` is (actor_params, critic_params, log_alpha). Every loss stops the
+        gradients it must not send, so their sum trains each network on its own loss.
+        """
+        actor_params, critic_params, log_alpha = nets
         alpha = jnp.exp(log_alpha)
+        steps = burn + jnp.arange(trained)
 
         def one(seq, key):
             k_next, k_pi = jax.random.split(key)
             rewards = jax.vmap(lambda p, a, v: reward_of(reward_index, reward_params, p, a, v))(
                 seq.prev_view, seq.action, seq.view)
-            returns, disc, last = losses.n_step_targets(rewards, seq.terminated, seq.truncated, config.n_step,
-                                                        discount)
-            obs0 = jax.tree.map(lambda x: x[0], seq.obs)
-            boot_obs = jax.tree.map(lambda x: x[last[0]], seq.next_obs)
-            next_action, next_logp = act(actor_params, boot_obs, k_next)
-            next_q = critic.apply(target_params, boot_obs, next_action)
-            target = losses.critic_target(next_q[0], next_q[1], next_logp, returns[0], disc[0],
-                                          jax.lax.stop_gradient(alpha))
-            q = critic.apply(critic_params, obs0, seq.action[0])
-            critic_loss = losses.quantile_huber_loss(q[0], target) + losses.quantile_huber_loss(q[1], target)
-            action, logp = act(actor_params, obs0, k_pi)
-            q_pi = critic.apply(jax.lax.stop_gradient(critic_params), obs0, action)  # trains the actor only
-            actor_loss = losses.policy_loss(q_pi[0], q_pi[1], logp, alpha)
-            alpha_loss = losses.temperature_loss(log_alpha, logp, target_entropy)
+            returns, disc, last = losses.n_step_targets(hparams.reward_scale * rewards, seq.terminated,
+                                                        seq.truncated, config.n_step, hparams.discount)
+            mean, log_std, carries = actor_over_sequence(actor_params, seq)
+            obs = jax.tree.map(lambda x: x[steps], seq.obs)
+            # Bootstrap from the next observation of each trained step's last n-step transition,
+            # with the actor state after that transition.
+            boot = last[steps]
+            boot_obs = jax.tree.map(lambda x: x[boot], seq.next_obs)
+            boot_carry = carries[boot - burn] if net.recurrent else carries[:trained]
+            _, (next_mean, next_log_std) = jax.vmap(actor_step, in_axes=(None, 0, 0, None))(
+                actor_params, boot_carry, boot_obs, no_reset)
+            next_action, next_logp = jax.vmap(sample_action)(next_mean, next_log_std,
+                                                             jax.random.split(k_next, trained))
+            next_q = critic.apply(target_params, boot_obs, next_action)  # [2, trained, K]
+            target = jax.vmap(losses.critic_target, in_axes=(0, 0, 0, 0, 0, None))(
+                next_q[0], next_q[1], next_logp, returns[steps], disc[steps], jax.lax.stop_gradient(alpha))
+            q = critic.apply(critic_params, obs, seq.action[steps])
+            critic_loss = jnp.mean(jax.vmap(losses.quantile_huber_loss)(q[0], target)
+                                   + jax.vmap(losses.quantile_huber_loss)(q[1], target))
+            action, logp = jax.vmap(sample_action)(mean, log_std, jax.random.split(k_pi, trained))
+            q_pi = critic.apply(jax.lax.stop_gradient(critic_params), obs, action)  # trains the actor only
+            actor_loss = jnp.mean(jax.vmap(losses.policy_loss, in_axes=(0, 0, 0, None))(q_pi[0], q_pi[1], logp,
+                                                                                        alpha))
+            alpha_loss = jnp.mean(jax.vmap(losses.temperature_loss, in_axes=(None, 0, None))(
+                log_alpha, logp, hparams.target_entropy))
             return critic_loss, actor_loss, alpha_loss, jnp.max(jnp.abs(rewards))
 
         b = batch.action.shape[0]
         c, a, t, r = jax.vmap(one)(batch, jax.random.split(key, b))
-        return jnp.mean(c), jnp.mean(a), jnp.mean(t), jnp.max(r)
+        return Losses(critic=jnp.mean(c), actor=jnp.mean(a), alpha=jnp.mean(t), max_abs_reward=jnp.max(r))
 
     def update(state: TrainState, hparams: HParams, reward_index):
         key, k_sample, k_loss = jax.random.split(state.key, 3)
-        batch = buffer.sample(state.replay, k_sample).experience
-        args = (batch, reward_index, state.reward_params, hparams.discount, hparams.target_entropy, k_loss)
+        batch = buffer.sample(state.replay, k_sample).experience  # [batch_size, sequence_length]
 
         def objective(nets):
-            # One objective for all three: each loss stops the gradients it must not send
-            # (the critic target and alpha in the policy loss, the critic in the policy
-            # loss, log pi in the temperature loss), so the sum trains each net on its own.
-            actor_params, critic_params, log_alpha = nets
-            c, a, t, r = losses_of(actor_params, critic_params, log_alpha, state.target_critic, *args)
-            return c + a + t, (c, a, r)
+            out = losses_of(nets, state.target_critic, batch, reward_index, state.reward_params, hparams, k_loss)
+            return out.critic + out.actor + out.alpha, out
 
-        (_, (critic_loss, actor_loss, max_reward)), (actor_grad, critic_grad, alpha_grad) = jax.value_and_grad(
-            objective, has_aux=True)((state.actor, state.critic, state.log_alpha))
+        (_, out), (actor_grad, critic_grad, alpha_grad) = jax.value_and_grad(objective, has_aux=True)(
+            (state.actor, state.critic, state.log_alpha))
 
         opt = _adam()
         c_up, c_opt = opt.update(critic_grad, _with_lr(state.critic_opt, hparams.critic_lr))
@@ -259,21 +357,31 @@ def make_train(config: TrainConfig, env, env_params, bank: RewardBank) -> Traine
         new = state.replace(actor=optax.apply_updates(state.actor, a_up), critic=critic_params, target_critic=target,
                             log_alpha=optax.apply_updates(state.log_alpha, l_up), actor_opt=a_opt, critic_opt=c_opt,
                             alpha_opt=l_opt, key=key)
-        bad = ~(jnp.isfinite(critic_loss) & jnp.isfinite(actor_loss)) | ~(max_reward < HUGE_REWARD)
+        bad = ~(jnp.isfinite(out.critic) & jnp.isfinite(out.actor)) | ~(out.max_abs_reward < HUGE_REWARD)
         failed = state.failed | bad
         # A failed run keeps its last good parameters (frozen); only its key moves on.
         new = jax.tree.map(lambda old, fresh: jnp.where(failed, old, fresh), state, new)
-        return new.replace(failed=failed, key=key), (critic_loss, actor_loss)
+        return new.replace(failed=failed, key=key), (out.critic, out.actor)
+
+    def reinitialise(state: TrainState) -> TrainState:
+        """Fresh networks and optimiser states (primacy bias); replay, temperature and envs kept."""
+        key, k_nets = jax.random.split(state.key)
+        one_obs = jax.tree.map(lambda x: x[0], state.obs)
+        return state.replace(**new_networks(k_nets, one_obs), key=key)
 
     def epoch(state: TrainState, hparams: HParams, reward_index):
+        if config.reinit_every:
+            due = (state.epoch > 0) & (state.epoch % config.reinit_every == 0) & ~state.failed
+            fresh = reinitialise(state)
+            state = jax.tree.map(lambda f, s: jnp.where(due, f, s), fresh, state)
         random_actions = state.epoch < config.warmup_epochs
         state, mean_reward, mean_progress = collect(state, reward_index, random_actions)
 
         def body(s, _):
             return update(s, hparams, reward_index)
 
-        trained, (c_loss, a_loss) = jax.lax.scan(body, state, None, length=config.updates_per_epoch)
-        state = jax.tree.map(lambda w, t: jnp.where(random_actions, w, t), state, trained)
+        trained_state, (c_loss, a_loss) = jax.lax.scan(body, state, None, length=config.updates_per_epoch)
+        state = jax.tree.map(lambda w, t: jnp.where(random_actions, w, t), state, trained_state)
         metrics = Metrics(reward=mean_reward, progress=mean_progress, critic_loss=jnp.mean(c_loss),
                           actor_loss=jnp.mean(a_loss), alpha=jnp.exp(state.log_alpha), failed=state.failed)
         return state.replace(epoch=state.epoch + 1), metrics
@@ -286,7 +394,9 @@ def make_train(config: TrainConfig, env, env_params, bank: RewardBank) -> Traine
         """A whole run: (final TrainState, Metrics stacked over config.epochs)."""
         return run_epochs(init(key, hparams, reward_index), hparams, reward_index, config.epochs)
 
-    return Trainer(config=config, init=init, run_epochs=run_epochs, train=train, policy=policy)
+    return Trainer(config=config, init=init, run_epochs=run_epochs, train=train, policy=policy,
+                   initial_carry=lambda: carry0, losses=losses_of,
+                   sample=lambda replay, key: buffer.sample(replay, key).experience)
 
 
 @functools.partial(jax.jit, static_argnums=(0,))
@@ -312,6 +422,18 @@ def _per_run(hparams: HParams, runs: int) -> HParams:
     return HParams(**{k: None if v is None else broadcast(k, v) for k, v in fields.items()})
 
 
+def _shard_runs(tree, runs: int):
+    """Places the run axis (leading) across the devices when they divide it; jit follows.
+
+    With one device, or a run count the devices do not divide, the tree stays as is.
+    """
+    devices = jax.devices()
+    if len(devices) == 1 or runs % len(devices):
+        return tree
+    mesh = jax.sharding.Mesh(devices, ("runs",))
+    return jax.device_put(tree, jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("runs")))
+
+
 def train_many(trainer: Trainer, key: jax.Array, reward_indices, seeds_per_reward: int = 1,
                hparams: HParams | None = None, chunk_epochs: int | None = None, progress=None,
                checkpoint: str | None = None):
@@ -330,6 +452,9 @@ def train_many(trainer: Trainer, key: jax.Array, reward_indices, seeds_per_rewar
             job started with an existing checkpoint resumes from it (same arguments).
             The metrics of chunks done before the resume are in the checkpoint too.
 
+    With several devices the run axis is sharded across them (when they divide R):
+    each device trains its share of the runs.
+
     Returns:
         (final TrainState with a leading run axis R, Metrics [R, epochs], reward_index i32[R]).
     """
@@ -341,12 +466,14 @@ def train_many(trainer: Trainer, key: jax.Array, reward_indices, seeds_per_rewar
     chunk = chunk_epochs or epochs
     if epochs % chunk:
         raise ValueError(f"chunk_epochs ({chunk}) must divide epochs ({epochs})")
+    keys, hparams, reward_index = _shard_runs((keys, hparams, reward_index), runs)
     state = _init_runs(trainer, keys, hparams, reward_index)
     history = jax.tree.map(lambda x: jnp.zeros((runs, epochs), x.dtype),
                            jax.eval_shape(lambda: _run_chunk(trainer, state, hparams, reward_index, chunk)[1]))
     start = 0
     if checkpoint is not None and Path(checkpoint).exists():
         (state, history), start = load_checkpoint(checkpoint, (state, history))
+        state = _shard_runs(state, runs)
     for done in range(start, epochs, chunk):
         state, metrics = _run_chunk(trainer, state, hparams, reward_index, chunk)
         history = jax.tree.map(lambda h, m, d=done: h.at[:, d:d + chunk].set(m), history, metrics)

@@ -61,12 +61,15 @@ def ai_race(env: RaceEnv, params: EnvParams, key: jax.Array, num_steps: int) -> 
     return record
 
 
-def trajectory(env: RaceEnv, params: EnvParams, key: jax.Array, num_steps: int, policy=None) -> EnvState:
+def trajectory(env: RaceEnv, params: EnvParams, key: jax.Array, num_steps: int, policy=None,
+               policy_carry=None) -> EnvState:
     """The stacked EnvState of one race: leading axis `num_steps + 1` (the reset state first).
 
     Args:
         policy: `policy(obs) -> f32[2]`, the ego car's action; None lets the built-in AI
             drive it. The opponents are always the AI.
+        policy_carry: for a stateful (recurrent) policy, its initial state; the policy is
+            then called as `policy(carry, obs) -> (carry, f32[2])`.
 
     Jit it with `env`, `num_steps` and `policy` static. This is what
     `jaxrace.envs.video` renders and what evaluation summarises.
@@ -74,12 +77,17 @@ def trajectory(env: RaceEnv, params: EnvParams, key: jax.Array, num_steps: int, 
     obs, state = env.reset(key, params)
 
     def body(carry, step_key):
-        obs, state = carry
-        action = env.ai_action(state, params) if policy is None else policy(obs)
+        obs, state, memory = carry
+        if policy is None:
+            action = env.ai_action(state, params)
+        elif policy_carry is None:
+            action = policy(obs)
+        else:
+            memory, action = policy(memory, obs)
         obs, state, *_ = env.step_env(step_key, state, action, params)
-        return (obs, state), state
+        return (obs, state, memory), state
 
-    _, states = jax.lax.scan(body, (obs, state), jax.random.split(key, num_steps))
+    _, states = jax.lax.scan(body, (obs, state, policy_carry), jax.random.split(key, num_steps))
     return jax.tree.map(lambda first, rest: jnp.concatenate([first[None], rest]), state, states)
 
 

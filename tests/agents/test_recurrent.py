@@ -1,0 +1,98 @@
+"""Recurrent replay: sequences, burn-in, stored GRU state, and re-initialisation."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxrace
+from jaxrace.agents.networks import NetworkConfig
+from jaxrace.agents.trainer import HParams, TrainConfig, make_train
+from jaxrace.rewards import RewardBank, library_reward
+
+BURN_IN, TRAIN_LENGTH, N_STEP = 3, 4, 2
+
+
+@pytest.fixture(scope="module")
+def trainer():
+    # A 1.5 s time limit: 15 steps per episode, so sampled sequences cross episode ends.
+    env, params = jaxrace.make(track="oval", start="time_trial", time_limit=1.5)
+    bank = RewardBank.from_compiled([library_reward("progress")])
+    net = NetworkConfig(recurrent=True, hidden=32, gru_size=8, num_quantiles=4)
+    # A replay of 16 steps per env (the minimum for 8-step rollouts of 8-step sequences),
+    # written over 3 times in 6 epochs.
+    config = TrainConfig(network=net, num_envs=2, rollout_steps=8, updates_per_epoch=1, batch_size=8,
+                         replay_size=24, n_step=N_STEP, burn_in=BURN_IN, train_length=TRAIN_LENGTH,
+                         warmup_epochs=2, epochs=6)
+    return make_train(config, env, params, bank)
+
+
+@pytest.fixture(scope="module")
+def trained(trainer):
+    state, _ = jax.jit(lambda k: trainer.train(k, HParams(), 0))(jax.random.key(0))
+    return state
+
+
+def test_sequence_length_is_burn_in_plus_trained_steps_plus_the_n_step_tail(trainer):
+    assert trainer.config.sequence_length == BURN_IN + TRAIN_LENGTH + N_STEP - 1
+    flat = TrainConfig(network=NetworkConfig(recurrent=False), n_step=3, burn_in=16, train_length=32)
+    assert (flat.sequence_length, flat.burn_in_steps, flat.trained_steps, flat.carry_size) == (3, 0, 1, 0)
+
+
+def test_replayed_sequences_are_contiguous_and_flag_every_episode_start(trainer, trained):
+    batch = jax.tree.map(np.asarray, jax.jit(trainer.sample)(trained.replay, jax.random.key(1)))
+    assert batch.action.shape == (8, trainer.config.sequence_length, 2)
+    assert batch.carry.shape == (8, trainer.config.sequence_length, 8)
+    ends = batch.terminated | batch.truncated
+    assert ends.any(), "the short time limit should put episode ends inside the sequences"
+    # Inside an episode a step continues the previous one; after an end the next step is a reset.
+    np.testing.assert_array_equal(batch.reset[:, 1:], ends[:, :-1])
+    going_on = ~ends[:, :-1]
+    np.testing.assert_array_equal(batch.prev_view.progress[:, 1:][going_on], batch.view.progress[:, :-1][going_on])
+    np.testing.assert_allclose(batch.view.time[:, 1:][going_on], batch.view.time[:, :-1][going_on] + 0.1,
+                               atol=1e-4)
+    # A reset step starts from the beginning of an episode.
+    assert np.all(batch.prev_view.time[batch.reset] == 0.0)
+
+
+def test_the_burn_in_gets_no_gradient_and_the_trained_steps_do(trainer, trained):
+    batch = jax.jit(trainer.sample)(trained.replay, jax.random.key(2))
+    batch = batch._replace(reset=jnp.zeros_like(batch.reset))  # one episode: every step reaches the next
+
+    def loss(obs, carry):
+        out = trainer.losses((trained.actor, trained.critic, trained.log_alpha), trained.target_critic,
+                             batch._replace(obs=obs, carry=carry), 0, trained.reward_params, HParams(),
+                             jax.random.key(3))
+        return out.actor + out.critic
+
+    d_obs, d_carry = jax.jit(jax.grad(loss, argnums=(0, 1)))(batch.obs, batch.carry)
+    proprio = np.abs(np.asarray(d_obs["proprio"]))
+    assert np.all(proprio[:, :BURN_IN] == 0.0)
+    assert np.all(np.asarray(d_carry) == 0.0)
+    assert np.all(proprio[:, BURN_IN:BURN_IN + TRAIN_LENGTH].sum(axis=(0, 2)) > 0.0)
+
+
+def test_the_acting_state_is_carried_across_epochs(trainer, trained):
+    carry = np.asarray(trained.carry)
+    assert carry.shape == (2, 8) and np.any(carry != 0.0)
+
+
+def test_networks_are_reinitialised_on_schedule_and_replay_is_kept():
+    env, params = jaxrace.make(track="oval", start="time_trial", time_limit=5.0)
+    bank = RewardBank.from_compiled([library_reward("progress")])
+    net = NetworkConfig(recurrent=False, hidden=16, num_quantiles=4)
+    # Warm-up throughout: no updates, so the parameters change only by re-initialisation.
+    config = TrainConfig(network=net, num_envs=2, rollout_steps=4, updates_per_epoch=1, batch_size=4,
+                         replay_size=64, warmup_epochs=10, reinit_every=2, epochs=3)
+    trainer = make_train(config, env, params, bank)
+    init = trainer.init(jax.random.key(0), HParams(), 0)
+    run = jax.jit(trainer.run_epochs, static_argnums=3)
+    two, _ = run(init, HParams(), 0, 2)
+    three, _ = run(two, HParams(), 0, 1)
+    same = [np.array_equal(a, b) for a, b in zip(jax.tree.leaves(init.actor), jax.tree.leaves(two.actor), strict=True)]
+    assert all(same)
+    kernels = [(a, b) for a, b in zip(jax.tree.leaves(two.critic), jax.tree.leaves(three.critic), strict=True)
+               if np.any(a != 0)]  # biases start at zero every time
+    assert kernels and not any(np.array_equal(a, b) for a, b in kernels)
+    np.testing.assert_array_equal(jax.tree.leaves(three.target_critic)[0], jax.tree.leaves(three.critic)[0])
+    assert int(three.replay.current_index) == 12  # 3 epochs x 4 steps: replay kept through the reset
