@@ -156,7 +156,7 @@ def drive(
     curvature = 2.0 * ly / jnp.maximum(lx * lx + ly * ly, 1.0)
     # Yaw-rate feedback catches the car before a slide builds (what a driver does).
     yaw_error = speed * curvature - body.yaw_rate
-    steer = (jnp.arctan(curvature * (car.lf + car.lr)) + YAW_GAIN * yaw_error) / car.max_steer
+    steer = (jnp.arctan(curvature * (car.lf + car.lr)) + YAW_GAIN * yaw_error) / car.steering_lock(jnp.abs(body.vx))
 
     # Off the race line the reference profile does not hold: cap the speed by the
     # cornering limit of the path actually driven.

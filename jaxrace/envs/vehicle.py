@@ -55,8 +55,17 @@ class CarParams:
     rolling_resistance: jax.Array | float = 0.015  # coefficient, times normal load
     max_steer: jax.Array | float = 0.35  # rad, road-wheel angle at full lock
     steer_rate: jax.Array | float = 1.5  # rad/s, steering-rate limit at the road wheel
+    # m/s; speed-sensitive steering (a game's controller assist): full lock shrinks as
+    # max_steer / (1 + (v / steer_lock_speed)^2). 0 keeps a fixed lock.
+    steer_lock_speed: jax.Array | float = 0.0
     length: jax.Array | float = 4.6  # m
     width: jax.Array | float = 2.0  # m
+
+    def steering_lock(self, speed: jax.Array) -> jax.Array:
+        """rad: the road-wheel angle of a full steering command at `speed` (m/s)."""
+        sensitive = jnp.asarray(self.steer_lock_speed) > 0.0
+        ratio = speed / jnp.where(sensitive, self.steer_lock_speed, 1.0)
+        return self.max_steer / jnp.where(sensitive, 1.0 + ratio * ratio, 1.0)
 
     def scaled(self, mass_scale, power_scale, grip_scale) -> CarParams:
         """Balance-of-performance variant: mass (and yaw inertia), power and grip scaled."""
@@ -179,7 +188,7 @@ def vehicle_substep(
     mu = car.mu * conditions.grip
 
     # Steering actuator: move towards the commanded angle at a limited rate.
-    steer_target = steer_cmd * car.max_steer
+    steer_target = steer_cmd * car.steering_lock(jnp.abs(state.vx))
     max_delta = car.steer_rate * dt
     steer = state.steer + jnp.clip(steer_target - state.steer, -max_delta, max_delta)
 

@@ -128,6 +128,18 @@ def test_steering_is_rate_limited_and_bounded():
     assert steer.max() <= CAR.max_steer + 1e-6
 
 
+def test_speed_sensitive_steering_shrinks_the_lock_with_speed():
+    sensitive = CAR.replace(steer_lock_speed=20.0)
+    np.testing.assert_allclose(sensitive.steering_lock(jnp.array([0.0, 20.0, 60.0])),
+                               [CAR.max_steer, CAR.max_steer / 2, CAR.max_steer / 10], rtol=1e-6)
+    np.testing.assert_allclose(CAR.steering_lock(jnp.array([0.0, 60.0])), CAR.max_steer)  # off by default
+    # Held full lock at 60 m/s settles on a tenth of the angle (the car slows a little meanwhile).
+    _, (traj, _) = _drive(_state(60.0), _const([1.0, 0.0], 30), car=sensitive)
+    lock_now = np.asarray(sensitive.steering_lock(traj.vx[:, 0]))
+    assert np.all(np.asarray(traj.steer[:, 0]) <= lock_now + 1e-6)
+    assert np.asarray(traj.steer[-1, 0]) > 0.9 * lock_now[-1]
+
+
 def test_grass_slows_the_car_and_loses_grip():
     grass = Conditions(grip=jnp.full(1, 0.6), rolling_drag=jnp.full(1, 0.08), drag_scale=jnp.ones(1))
     on_tarmac, _ = _drive(_state(40.0), _const([0.0, 0.0], 120))
