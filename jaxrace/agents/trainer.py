@@ -14,6 +14,11 @@ Failure isolation: a run whose losses or rewards go non-finite (or huge) is mark
 failed and frozen (its parameters stop changing); vmapped runs never mix, so the
 others are exactly what they would be without it.
 
+Pixels (`NetworkConfig(actor_input="pixels")`, an env made with `pixels=True`): each
+uint8 image is stored once, with its step. The image after a step is the next step's;
+after an episode end, whose final image is not rendered, the actor bootstraps from the
+last image of the episode (the critic's privileged inputs are exact there).
+
 Recurrent replay (`NetworkConfig(recurrent=True)`): replay samples sequences of
 `burn_in + train_length + n_step - 1` steps. Each stored step keeps the actor's GRU
 state from collection and a reset flag (first step of an episode, where the actor
@@ -63,9 +68,6 @@ class TrainConfig:
     reinit_every: int = 0  # epochs between re-initialisations of the networks (primacy bias); 0: never
 
     def __post_init__(self):
-        if self.network.actor_input != "state":
-            raise NotImplementedError("the trainer trains state observations only for now "
-                                      "(NetworkConfig(actor_input='state'))")
         positive = ("n_step", "num_envs", "rollout_steps", "batch_size", "train_length")
         if any(getattr(self, name) < 1 for name in positive):
             raise ValueError(f"{', '.join(positive)} must be positive: got "
@@ -84,8 +86,12 @@ class TrainConfig:
 
     @property
     def sequence_length(self) -> int:
-        """Steps per sampled replay sequence: burn-in, trained steps, n-step tail."""
-        return self.burn_in_steps + self.trained_steps + self.n_step - 1
+        """Steps per sampled replay sequence: burn-in, trained steps, n-step tail.
+
+        With pixels one more step: its image is the next frame of the last bootstrap step.
+        """
+        pixels = self.network.actor_input == "pixels"
+        return self.burn_in_steps + self.trained_steps + self.n_step - 1 + pixels
 
     @property
     def carry_size(self) -> int:
@@ -115,7 +121,7 @@ class Transition(NamedTuple):
     action: jax.Array  # f32[2]
     prev_view: RaceView
     view: RaceView
-    next_obs: dict  # the true next observation (the final one when the episode ended)
+    next_obs: dict  # the true next observation (the final one at an episode end), without pixels
     terminated: jax.Array
     truncated: jax.Array
     carry: jax.Array  # f32[G] the actor's GRU state before this step (G = 0 without a GRU)
@@ -163,6 +169,7 @@ class Trainer:
     initial_carry: Any  # () -> f32[G]
     losses: Any  # (nets, target_critic, batch, reward_index, reward_params, hparams, key) -> Losses
     sample: Any  # (replay, key) -> Transition [batch_size, sequence_length]
+    next_frames: Any  # (sequence Transition [S], steps i32[T]) -> uint8[T, H, W, 3], pixels only
 
 
 def _adam():
@@ -183,14 +190,46 @@ class Losses(NamedTuple):
     max_abs_reward: jax.Array  # of the sampled (unscaled) rewards
 
 
+def per_env_params(env_params, num_envs: int, **fields):
+    """EnvParams with a leading env axis: each env of a trainer gets its own scenario.
+
+    `fields` maps an EnvParams field to num_envs values, e.g.
+    `num_active_opponents=[0] * 8 + [7] * 8` trains half the envs alone (time trials)
+    and half in traffic. Every other field is broadcast.
+    """
+    def broadcast(x):
+        return jnp.broadcast_to(x, (num_envs, *jnp.shape(x)))
+
+    batched = jax.tree.map(broadcast, env_params)
+    for name, values in fields.items():
+        values = jnp.asarray(values, getattr(env_params, name).dtype)
+        if values.shape[:1] != (num_envs,):
+            raise ValueError(f"per_env_params: {name} needs {num_envs} values (one per env), got shape {values.shape}")
+        batched = batched.replace(**{name: values})
+    return batched
+
+
 def make_train(config: TrainConfig, env, env_params, bank: RewardBank) -> Trainer:
-    """Builds the pure training functions for `env` with rewards from `bank`."""
+    """Builds the pure training functions for `env` with rewards from `bank`.
+
+    `env_params` is shared by all envs, or has a leading axis of config.num_envs
+    (from `per_env_params`) to give each env its own scenario.
+    """
     net = config.network
+    pixels = net.actor_input == "pixels"
+    if pixels and not env.static.pixels:
+        raise ValueError("NetworkConfig(actor_input='pixels') needs an env that renders: "
+                         "jaxrace.make(..., pixels=True)")
     actor, critic = Actor(net), TwinCritic(net)
     n = config.num_envs
     burn, trained, seq_len = config.burn_in_steps, config.trained_steps, config.sequence_length
-    step_envs = jax.vmap(env.step, in_axes=(0, 0, 0, None))
-    reset_envs = jax.vmap(env.reset, in_axes=(0, None))
+    per_env = jnp.ndim(env_params.time_limit) == 1
+    if per_env and env_params.time_limit.shape[0] != n:
+        raise ValueError(f"env_params has a leading axis of {env_params.time_limit.shape[0]}, "
+                         f"but config.num_envs is {n}")
+    params_axis = 0 if per_env else None
+    step_envs = jax.vmap(env.step, in_axes=(0, 0, 0, params_axis))
+    reset_envs = jax.vmap(env.reset, in_axes=(0, params_axis))
     buffer = flashbax.make_trajectory_buffer(
         add_batch_size=n, sample_batch_size=config.batch_size, sample_sequence_length=seq_len, period=1,
         min_length_time_axis=max(seq_len, config.rollout_steps),
@@ -228,7 +267,8 @@ def make_train(config: TrainConfig, env, env_params, bank: RewardBank) -> Traine
         one_obs = jax.tree.map(lambda x: x[0], obs)
         log_alpha = jnp.log(jnp.asarray(hparams.initial_alpha, jnp.float32))
         view = jax.tree.map(lambda x: x[0], env_state.view)
-        example = Transition(obs=one_obs, action=jnp.zeros(2), prev_view=view, view=view, next_obs=one_obs,
+        example = Transition(obs=one_obs, action=jnp.zeros(2), prev_view=view, view=view,
+                             next_obs={k: v for k, v in one_obs.items() if k != "pixels"},
                              terminated=jnp.bool_(False), truncated=jnp.bool_(False), carry=carry0,
                              reset=jnp.bool_(True))
         params = bank.default_params()[reward_index] if hparams.reward_params is None else hparams.reward_params
@@ -292,6 +332,13 @@ def make_train(config: TrainConfig, env, env_params, bank: RewardBank) -> Traine
         _, (carries, (mean, log_std)) = scan_actor(carry, jax.tree.map(lambda x: x[burn:], (seq.obs, seq.reset)))
         return mean[:trained], log_std[:trained], carries
 
+    def next_frames(seq: Transition, steps):
+        """uint8[len(steps), H, W, 3]: the image after each step (see the module docstring)."""
+        ended = (seq.terminated | seq.truncated)[steps]
+        following = jnp.minimum(steps + 1, seq_len - 1)
+        frames = seq.obs["pixels"]
+        return jnp.where(ended[:, None, None, None], frames[steps], frames[following])
+
     def losses_of(nets, target_params, batch: Transition, reward_index, reward_params, hparams: HParams, key):
         """Mean critic, actor and temperature losses over a batch of sequences [B, seq_len].
 
@@ -314,6 +361,8 @@ def make_train(config: TrainConfig, env, env_params, bank: RewardBank) -> Traine
             # with the actor state after that transition.
             boot = last[steps]
             boot_obs = jax.tree.map(lambda x: x[boot], seq.next_obs)
+            if pixels:
+                boot_obs["pixels"] = next_frames(seq, boot)
             boot_carry = carries[boot - burn] if net.recurrent else carries[:trained]
             _, (next_mean, next_log_std) = jax.vmap(actor_step, in_axes=(None, 0, 0, None))(
                 actor_params, boot_carry, boot_obs, no_reset)
@@ -396,7 +445,7 @@ def make_train(config: TrainConfig, env, env_params, bank: RewardBank) -> Traine
 
     return Trainer(config=config, init=init, run_epochs=run_epochs, train=train, policy=policy,
                    initial_carry=lambda: carry0, losses=losses_of,
-                   sample=lambda replay, key: buffer.sample(replay, key).experience)
+                   sample=lambda replay, key: buffer.sample(replay, key).experience, next_frames=next_frames)
 
 
 @functools.partial(jax.jit, static_argnums=(0,))

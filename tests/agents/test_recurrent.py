@@ -96,3 +96,32 @@ def test_networks_are_reinitialised_on_schedule_and_replay_is_kept():
     assert kernels and not any(np.array_equal(a, b) for a, b in kernels)
     np.testing.assert_array_equal(jax.tree.leaves(three.target_critic)[0], jax.tree.leaves(three.critic)[0])
     assert int(three.replay.current_index) == 12  # 3 epochs x 4 steps: replay kept through the reset
+
+
+def test_pixels_are_stored_once_as_uint8_and_the_next_frame_is_the_next_step():
+    env, params = jaxrace.make(track="oval", start="time_trial", time_limit=0.5, pixels=True, image_size=(16, 16))
+    bank = RewardBank.from_compiled([library_reward("progress")])
+    net = NetworkConfig(actor_input="pixels", recurrent=False, hidden=16, cnn_channels=(4,), num_quantiles=4)
+    config = TrainConfig(network=net, num_envs=2, rollout_steps=6, updates_per_epoch=1, batch_size=32,
+                         replay_size=64, n_step=2, warmup_epochs=1, epochs=3)
+    trainer = make_train(config, env, params, bank)
+    assert config.sequence_length == 3  # n-step window plus the step holding the next frame
+    state, metrics = jax.jit(lambda k: trainer.train(k, HParams(), 0))(jax.random.key(0))
+    assert np.all(np.isfinite(np.asarray(metrics.critic_loss))) and not bool(metrics.failed[-1])
+    stored = state.replay.experience
+    assert stored.obs["pixels"].dtype == jnp.uint8 and "pixels" not in stored.next_obs
+    batch = jax.tree.map(np.asarray, jax.jit(trainer.sample)(state.replay, jax.random.key(1)))
+    frames = np.asarray(jax.vmap(trainer.next_frames, in_axes=(0, None))(batch, jnp.arange(2)))
+    ended = batch.terminated[:, :2] | batch.truncated[:, :2]
+    assert ended.any() and (~ended).any()
+    for b, i in zip(*np.nonzero(~ended), strict=True):
+        np.testing.assert_array_equal(frames[b, i], batch.obs["pixels"][b, i + 1])
+    for b, i in zip(*np.nonzero(ended), strict=True):  # the final frame is not rendered: the last one stands in
+        np.testing.assert_array_equal(frames[b, i], batch.obs["pixels"][b, i])
+
+
+def test_a_pixel_actor_needs_an_env_that_renders():
+    env, params = jaxrace.make(track="oval", start="time_trial")
+    bank = RewardBank.from_compiled([library_reward("progress")])
+    with pytest.raises(ValueError, match="pixels=True"):
+        make_train(TrainConfig(network=NetworkConfig(actor_input="pixels")), env, params, bank)

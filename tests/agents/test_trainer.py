@@ -16,23 +16,32 @@ def reward(prev, action, curr):
 '''
 
 
-@pytest.fixture(scope="module")
-def setup():
+def small_setup():
     env, params = jaxrace.make(track="oval", start="time_trial", time_limit=60.0)
     bank = RewardBank.from_compiled([library_reward("progress"), compile_reward(EXPLODING, name="exploding")])
     return env, params, bank
+
+
+def small_trainer(setup=None):
+    env, params, bank = setup or small_setup()
+    config = TrainConfig(num_envs=4, rollout_steps=4, updates_per_epoch=2, batch_size=16, replay_size=2000,
+                         warmup_epochs=1, epochs=4)
+    return make_train(config, env, params, bank)
+
+
+@pytest.fixture(scope="module")
+def setup():
+    return small_setup()
 
 
 @pytest.fixture(scope="module")
 def trainer(setup):
     """One small trainer for every test: train_many compiles it once per (runs, chunk) shape.
 
-    Every test below runs 2 runs in chunks of 2 epochs, so they share one compiled job.
+    Every test below runs 2 runs in chunks of 2 epochs, so they share one compiled job
+    (the sharding test builds the same trainer in a process with two fake devices).
     """
-    env, params, bank = setup
-    config = TrainConfig(num_envs=4, rollout_steps=4, updates_per_epoch=2, batch_size=16, replay_size=2000,
-                         warmup_epochs=1, epochs=4)
-    return make_train(config, env, params, bank)
+    return small_trainer(setup)
 
 
 def test_vmapped_runs_differ_by_seed_and_match_the_unvmapped_run(trainer):
@@ -72,11 +81,53 @@ def test_train_many_reports_progress_in_chunks(trainer):
     np.testing.assert_array_equal(reward_index, [0, 0])
 
 
-def test_the_trainer_rejects_what_it_cannot_train_yet():
-    from jaxrace.agents.networks import NetworkConfig
+def test_the_trainer_rejects_bad_sizes():
+    with pytest.raises(ValueError, match="train_length=0"):
+        TrainConfig(train_length=0)
+    with pytest.raises(ValueError, match="burn_in and reinit_every"):
+        TrainConfig(burn_in=-1)
 
-    with pytest.raises(NotImplementedError, match="GRU"):
-        TrainConfig(network=NetworkConfig(recurrent=True))
+
+def test_each_env_can_get_its_own_scenario(setup):
+    from jaxrace.agents.trainer import per_env_params
+
+    env, params, bank = setup
+    mixed = per_env_params(params, 4, num_active_opponents=[0, 0, 3, 3])
+    assert mixed.num_active_opponents.tolist() == [0, 0, 3, 3] and mixed.time_limit.shape == (4,)
+    with pytest.raises(ValueError, match="num_active_opponents needs 4 values"):
+        per_env_params(params, 4, num_active_opponents=[0, 3])
+    config = TrainConfig(num_envs=2, rollout_steps=4, batch_size=4, epochs=1)
+    with pytest.raises(ValueError, match="leading axis of 4, but config.num_envs is 2"):
+        make_train(config, env, mixed, bank)
+
+
+SHARDED_JOB = """
+import os
+os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"  # before jax starts
+import json, sys
+import jax, numpy as np
+sys.path.insert(0, {tests!r})
+from agents.test_trainer import small_trainer
+from jaxrace.agents.trainer import train_many
+state, metrics, _ = train_many(small_trainer(), jax.random.key(0), [0], seeds_per_reward=2, chunk_epochs=2)
+devices = len(jax.tree.leaves(state.actor)[0].sharding.device_set)
+print(json.dumps({{"devices": devices, "critic_loss": np.asarray(metrics.critic_loss).tolist()}}))
+"""
+
+
+def test_the_run_axis_is_sharded_over_devices(trainer):
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    tests = str(Path(__file__).resolve().parents[1])
+    out = subprocess.run([sys.executable, "-c", SHARDED_JOB.format(tests=tests)], capture_output=True, text=True,
+                         timeout=600, check=True).stdout
+    result = json.loads(out.strip().splitlines()[-1])
+    assert result["devices"] == 2
+    _, metrics, _ = train_many(trainer, jax.random.key(0), [0], seeds_per_reward=2, chunk_epochs=2)
+    np.testing.assert_allclose(result["critic_loss"], metrics.critic_loss, rtol=1e-4)
 
 
 @pytest.mark.slow
