@@ -1,0 +1,201 @@
+"""Trains the reference agent: QR-SAC, state observations, the GT Sophy style reward.
+
+Usage: python experiments/train_reference.py [--minutes 25] [--track oval]
+
+One run on a built-in circuit, trained until the time budget (compile included) is
+spent. Training episodes start at random places and speeds round the lap (`--start`)
+and end at a time limit or a course-out; half the envs (`--alone`) drive alone, the others among 7 AI
+cars at skill 0.9. Then:
+1. time trial: the best lap of the final policy in a two-lap deterministic run alone on
+   the track, against the reference lap (target: within 10%, no course-out);
+2. 20 deterministic races from the back of an 8-car grid against the AI at skill 0.9
+   (target: median finishing position 3rd or better).
+A deterministic time-trial lap is also timed every `--eval-every` chunks for the
+learning curve. Writes results/train_reference.json and results/train_reference.png
+(with `--tag T`: train_reference-T.json and .png, for variants).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from common import RESULTS, print_table, write_results
+
+import jaxrace
+from jaxrace.agents.checkpoint import save_checkpoint
+from jaxrace.agents.evaluation import evaluate
+from jaxrace.agents.networks import NetworkConfig
+from jaxrace.agents.trainer import HParams, TrainConfig, make_train, per_env_params
+from jaxrace.envs import builtin_track, reference_lap_time
+from jaxrace.rewards import RewardBank, library_reward
+
+SKILL = 0.9
+RACE_LAPS = 3
+
+
+def setup(env, params, skill: float, steer_lock_speed: float):
+    """The AI's skill on every car, and speed-sensitive steering (GT7's controller assist)."""
+    return params.replace(skill=jnp.full((env.static.num_cars,), skill, jnp.float32),
+                          car=params.car.replace(steer_lock_speed=steer_lock_speed))
+
+
+def time_trial(trainer, actor, env, params, ref_lap: float, key):
+    """(best lap s or None, course-outs) of a deterministic two-lap time trial."""
+    steps = math.ceil(2.3 * ref_lap / 0.1)
+    _, metrics = evaluate(trainer, jax.tree.map(lambda x: x[None], actor), env, params, key, steps)
+    race = metrics[0][0]
+    return race.best_lap, race.course_outs
+
+
+def plot_curve(path, curve, evals, ref_lap):
+    """Learning curve: per-chunk means of the training rollouts, and time-trial laps.
+
+    curve: (env steps, mean progress m/step, mean reward per step) per chunk.
+    evals: (env steps, best lap s or None, course-outs) per evaluation.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(7, 6), sharex=True)
+    steps, progress, reward = (np.asarray(x) for x in zip(*curve, strict=True))
+    top.plot(steps / 1e6, progress, lw=1.5, label="progress (m/step)")
+    if np.all(np.isfinite(reward)):
+        top.plot(steps / 1e6, reward, lw=1.5, label="GT Sophy reward per step")
+    top.set_ylabel("training rollouts (chunk means)")
+    top.legend(loc="lower right")
+    clean = [(s, lap) for s, lap, outs in evals if lap is not None and outs == 0]
+    dirty = [(s, lap) for s, lap, outs in evals if lap is not None and outs > 0]
+    for points, style, label in ((clean, "o", "agent, no course-out"), (dirty, "x", "agent, with course-outs")):
+        if points:
+            bottom.plot(np.asarray([s for s, _ in points]) / 1e6, [lap for _, lap in points], style, label=label)
+    bottom.axhline(ref_lap, color="k", ls="--", lw=1, label="reference lap")
+    bottom.axhline(1.1 * ref_lap, color="r", ls=":", lw=1, label="reference + 10%")
+    bottom.set_ylabel("time-trial best lap (s)")
+    bottom.set_xlabel("env steps (millions)")
+    bottom.legend(loc="lower center", ncol=2, fontsize="small")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--minutes", type=float, default=25.0, help="training budget, compile included")
+    parser.add_argument("--track", default="oval")
+    parser.add_argument("--chunk-epochs", type=int, default=200)
+    parser.add_argument("--eval-every", type=int, default=5, help="chunks between time-trial evaluations")
+    parser.add_argument("--races", type=int, default=20)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--target-entropy", type=float, default=-2.0)
+    parser.add_argument("--n-step", type=int, default=5)
+    parser.add_argument("--start", default="random", choices=["random", "grid_back"],
+                        help="training starts: random places and speeds round the lap, or the grid")
+    parser.add_argument("--hidden", type=int, default=128)
+    parser.add_argument("--updates", type=int, default=16, help="gradient updates per epoch (16 envs x 8 steps)")
+    parser.add_argument("--batch", type=int, default=256)
+    parser.add_argument("--no-terminate-on-course-out", dest="terminate_on_course_out", action="store_false",
+                        help="keep training episodes going after a course-out (the reward's penalty only)")
+    parser.add_argument("--steer-lock-speed", type=float, default=20.0,
+                        help="m/s; full lock shrinks as 1 / (1 + (v / this)^2); 0: fixed lock")
+    parser.add_argument("--tag", default="", help="results go to results/train_reference-<tag>.json and .png")
+    parser.add_argument("--save", default=None, help="write the final actor parameters to this .npz")
+    parser.add_argument("--alone", type=float, default=0.5, help="share of training envs with no opponent")
+    args = parser.parse_args()
+
+    ref_lap = float(reference_lap_time(builtin_track(args.track)))
+    # Many laps: episodes end only at the time limit (bootstrapped). With a finish line
+    # the return is the fixed lap distance whatever the speed, and nothing rewards pace.
+    env, params = jaxrace.make(track=args.track, start=args.start, laps=1000, time_limit=1.6 * ref_lap,
+                               terminate_on_course_out=args.terminate_on_course_out)
+    params = setup(env, params, SKILL, args.steer_lock_speed)
+    num_envs = 16
+    alone = round(args.alone * num_envs)
+    params = per_env_params(params, num_envs, num_active_opponents=[0] * alone + [7] * (num_envs - alone))
+    # The time trial is the race env with no opponent taking part (same observation shape).
+    tt_env, tt_params = jaxrace.make(track=args.track, start="grid_back", laps=2, num_active_opponents=0)
+    race_env, race_params = jaxrace.make(track=args.track, start="grid_back", laps=RACE_LAPS)
+    tt_params = setup(tt_env, tt_params, SKILL, args.steer_lock_speed)
+    race_params = setup(race_env, race_params, SKILL, args.steer_lock_speed)
+
+    bank = RewardBank.from_compiled([library_reward("gt_sophy")])
+    network = NetworkConfig(recurrent=False, hidden=args.hidden)
+    config = TrainConfig(network=network, num_envs=num_envs, rollout_steps=8, updates_per_epoch=args.updates,
+                         batch_size=args.batch, replay_size=300_000,
+                         n_step=args.n_step, warmup_epochs=20, epochs=args.chunk_epochs)
+    trainer = make_train(config, env, params, bank)
+    hparams = HParams(reward_scale=0.1, discount=0.99, target_entropy=args.target_entropy)
+    steps_per_epoch = config.num_envs * config.rollout_steps
+    key = jax.random.key(args.seed)
+    k_init, k_eval, k_race = jax.random.split(key, 3)
+
+    init = jax.jit(trainer.init)
+    chunk = jax.jit(lambda s: trainer.run_epochs(s, hparams, 0, args.chunk_epochs))
+    t0 = time.perf_counter()
+    state = init(k_init, hparams, 0)
+    curve, evals, chunks = [], [], 0
+    while time.perf_counter() - t0 < 60 * args.minutes:
+        state, metrics = chunk(state)
+        chunks += 1
+        epochs = chunks * args.chunk_epochs
+        progress, reward = float(np.mean(metrics.progress)), float(np.mean(metrics.reward))
+        curve.append((epochs * steps_per_epoch, progress, reward))
+        line = (f"{time.perf_counter() - t0:7.0f} s  epoch {epochs:6d}  steps {epochs * steps_per_epoch:9d}  "
+                f"progress {progress:.2f} m/step  reward {reward:.2f}  alpha {float(metrics.alpha[-1]):.3f}  "
+                f"critic {float(np.mean(metrics.critic_loss)):.3f}")
+        if chunks % args.eval_every == 0:
+            lap, outs = time_trial(trainer, state.actor, tt_env, tt_params, ref_lap, jax.random.fold_in(k_eval, chunks))
+            evals.append((epochs * steps_per_epoch, lap, outs))
+            line += f"  time-trial best lap {lap if lap is None else round(lap, 2)} s, course-outs {outs}"
+        print(line, flush=True)
+        if bool(state.failed):
+            raise SystemExit("the run failed (non-finite loss): see the log above")
+    train_s = time.perf_counter() - t0
+    if args.save:
+        save_checkpoint(args.save, state.actor, chunks)
+    total_steps = chunks * args.chunk_epochs * steps_per_epoch
+
+    lap, outs = time_trial(trainer, state.actor, tt_env, tt_params, ref_lap, k_eval)
+    race_steps = math.ceil(RACE_LAPS * ref_lap / SKILL * 1.3 / 0.1)
+    _, races = evaluate(trainer, jax.tree.map(lambda x: x[None], state.actor), race_env, race_params, k_race,
+                        race_steps, num_races=args.races)
+    races = races[0]
+    positions = [r.finishing_position for r in races]
+    median_position = float(np.median(positions))
+    at_fault = sum(r.collisions_at_fault for r in races)
+    race_outs = sum(r.course_outs for r in races)
+
+    gap = None if lap is None else 100 * (lap / ref_lap - 1)
+    rows = [
+        {"name": f"{args.track}: training wall time incl. compile", "value": round(train_s, 1), "unit": "s"},
+        {"name": f"{args.track}: env steps trained", "value": total_steps, "unit": "steps"},
+        {"name": f"{args.track}: reference lap", "value": round(ref_lap, 2), "unit": "s"},
+        {"name": f"{args.track}: time-trial best lap", "value": None if lap is None else round(lap, 2), "unit": "s"},
+        {"name": f"{args.track}: time-trial lap vs reference", "value": None if gap is None else round(gap, 1),
+         "unit": "%"},
+        {"name": f"{args.track}: time-trial course-outs", "value": outs, "unit": "count"},
+        {"name": f"{args.track}: {args.races} races from P8 vs AI skill {SKILL}, median finish",
+         "value": median_position, "unit": "position"},
+        {"name": f"{args.track}: races, finishing positions", "value": positions, "unit": "position"},
+        {"name": f"{args.track}: races, collisions at fault (total)", "value": at_fault, "unit": "count"},
+        {"name": f"{args.track}: races, course-outs (total)", "value": race_outs, "unit": "count"},
+    ]
+    print_table(["measure", "value", "unit"], [[r["name"], r["value"], r["unit"]] for r in rows])
+    print(f"targets: lap within 10% of reference with no course-out: "
+          f"{'met' if gap is not None and gap <= 10 and outs == 0 else 'NOT met'}; "
+          f"median finish <= 3: {'met' if median_position <= 3 else 'NOT met'}")
+    name = "train_reference" + (f"-{args.tag}" if args.tag else "")
+    print(f"wrote {write_results(name, rows)}")
+    evals.append((total_steps, lap, outs))
+    png = RESULTS / f"{name}.png"
+    plot_curve(png, curve, evals, ref_lap)
+    print(f"wrote {png}")
+
+
+if __name__ == "__main__":
+    main()
