@@ -5,23 +5,36 @@ Usage: python experiments/bench_train.py [--epochs 30]
 Side by side in one run, on the oval (time trial, state observations):
 1. N = 5 candidates (the two library rewards and three offline proposals), one job
    of 5 vmapped runs, versus 5 jobs of 1 run each in sequence; the same total samples
-   and updates; wall time with compilation included. Sequential jobs in one process
-   reuse one compilation (a fair baseline; separate processes would compile 5 times).
+   and updates; wall time with compilation included. The sequential jobs run twice:
+   as separate processes (each compiles, as separate training jobs do) and in one
+   process that compiles once (the strongest sequential baseline).
 2. Per-run env steps/s and gradient updates/s at N = 1, 5 and 16 runs per job, after
    compilation.
+3. The peer baseline on the same task (oval time trial, progress reward, 16 envs, the
+   same env-step budget): one QR-SAC run against brax's PPO through the brax adapter.
+   Wall time with compile, env steps/s, updates/s, and the deterministic policy's
+   progress per step over a 60 s time trial afterwards.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
+import subprocess
+import sys
 import time
 
 import jax
-import numpy as np
+import jax.numpy as jnp
+from brax.training.agents.ppo import networks as ppo_networks
+from brax.training.agents.ppo import train as ppo
 from common import print_table, write_results
 
 import jaxrace
 from jaxrace.agents.trainer import TrainConfig, make_train, train_many
+from jaxrace.envs.adapters import BraxRaceEnv
+from jaxrace.envs.adapters.brax_env import brax_training_compat
+from jaxrace.envs.rollouts import trajectory
 from jaxrace.rewards import RewardBank, compile_reward, library_reward, propose
 
 
@@ -32,32 +45,57 @@ def wall(fn):
     return time.perf_counter() - t0, out
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--epochs", type=int, default=30)
-    args = parser.parse_args()
-    env, params = jaxrace.make(track="oval", start="time_trial", time_limit=60.0)
+def setup(epochs: int):
+    # Many laps: episodes end at the 60 s time limit (bootstrapped), not at a finish line.
+    env, params = jaxrace.make(track="oval", start="time_trial", laps=1000, time_limit=60.0)
     proposals = propose("drive fast laps cleanly", 14, jax.random.key(0))
     rewards = [library_reward("progress"), library_reward("gt_sophy")]
     rewards += [compile_reward(p.source, name=p.name) for p in proposals]
     bank = RewardBank.from_compiled(rewards)
-    config = TrainConfig(num_envs=16, rollout_steps=8, updates_per_epoch=8, batch_size=128, epochs=args.epochs)
+    config = TrainConfig(num_envs=16, rollout_steps=8, updates_per_epoch=8, batch_size=128, epochs=epochs)
+    return env, params, bank, config
+
+
+def job(rewards: list[int], epochs: int) -> None:
+    """A child process: one training job from scratch; prints its wall time (compile included)."""
+    env, params, bank, config = setup(epochs)
+    seconds, _ = wall(lambda: train_many(make_train(config, env, params, bank), jax.random.key(1), rewards)[1])
+    print(f"JOB_SECONDS {seconds}")
+
+
+def job_in_new_process(rewards: list[int], epochs: int) -> float:
+    out = subprocess.run([sys.executable, __file__, "--job", ",".join(map(str, rewards)), "--epochs", str(epochs)],
+                         capture_output=True, text=True, check=True).stdout
+    return float(next(line for line in out.splitlines() if line.startswith("JOB_SECONDS")).split()[1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--epochs", type=int, default=30)
+    parser.add_argument("--peer-steps", type=int, default=200_000, help="env steps of part 3, per algorithm")
+    parser.add_argument("--job", default=None, help=argparse.SUPPRESS)  # internal: run one job and exit
+    args = parser.parse_args()
+    if args.job is not None:
+        return job([int(i) for i in args.job.split(",")], args.epochs)
+    env, params, bank, config = setup(args.epochs)
     key = jax.random.key(1)
 
-    # 1. N = 5: one vmapped job vs five sequential jobs (fresh trainers: compile included).
-    vmapped_s, _ = wall(lambda: train_many(make_train(config, env, params, bank), key, list(range(5)))[1])
+    # 1. N = 5: one vmapped job vs five sequential jobs, each a fresh process (compile
+    #    included, as a user would run them), and vs five jobs in one process that share
+    #    one compilation.
+    vmapped_s = job_in_new_process(list(range(5)), args.epochs)
+    separate = [job_in_new_process([i], args.epochs) for i in range(5)]
     sequential = make_train(config, env, params, bank)
-    seq_times = [wall(lambda i=i: train_many(sequential, jax.random.fold_in(key, i), [i])[1])[0] for i in range(5)]
-    sequential_s = sum(seq_times)
-    ratio = vmapped_s / sequential_s
-    print(f"N=5: one vmapped job {vmapped_s:.1f} s, five sequential jobs {sequential_s:.1f} s "
-          f"(first {seq_times[0]:.1f} s with compile, then {np.median(seq_times[1:]):.1f} s each): ratio {ratio:.2f}")
-    rows = [
-        {"name": "N=5 candidates, one vmapped job, wall incl. compile", "value": round(vmapped_s, 2), "unit": "s"},
-        {"name": "N=5 candidates, 5 sequential jobs, wall incl. compile", "value": round(sequential_s, 2),
-         "unit": "s"},
-        {"name": "N=5 vmapped / sequential wall time", "value": round(ratio, 3), "unit": "x"},
-    ]
+    shared = [wall(lambda i=i: train_many(sequential, jax.random.fold_in(key, i), [i])[1])[0] for i in range(5)]
+    rows = [{"name": "N=5 candidates, one vmapped job, wall incl. compile", "value": round(vmapped_s, 2), "unit": "s"}]
+    table = [["one vmapped job (5 runs)", f"{vmapped_s:.1f} s", "1.00"]]
+    for name, times in (("5 sequential jobs, separate processes", separate),
+                        ("5 sequential jobs, one process (one compile)", shared)):
+        total = sum(times)
+        table.append([name, f"{total:.1f} s", f"{vmapped_s / total:.2f}"])
+        rows += [{"name": f"N=5 candidates, {name}, wall incl. compile", "value": round(total, 2), "unit": "s"},
+                 {"name": f"N=5 vmapped / {name}", "value": round(vmapped_s / total, 3), "unit": "x"}]
+    print_table(["N=5 candidates, same samples each", "wall incl. compile", "vmapped / this"], table)
 
     # 2. Throughput per run at N = 1, 5, 16 (compiled first, then timed).
     table = []
@@ -82,7 +120,62 @@ def main() -> None:
     print()
     print_table(["runs N", "env steps/s per run", "env steps/s, all runs", "updates/s per run", "job time",
                  "compile (approx.)"], table)
+    rows += peer_baseline(env, params, bank, args.peer_steps)
     print(f"wrote {write_results(__file__, rows)}")
+
+
+def deterministic_progress(env, params, policy, steps: int = 600) -> float:
+    """m/step of a deterministic `policy(obs) -> action` over one time trial."""
+    states = jax.jit(lambda k: trajectory(env, params, k, steps, policy=policy))(jax.random.key(9))
+    return float(states.cars.progress[-1, 0] - states.cars.progress[0, 0]) / steps
+
+
+def peer_baseline(env, params, bank, env_steps: int) -> list[dict]:
+    """QR-SAC (one run) and brax PPO on the same task and env-step budget."""
+    sac_config = TrainConfig(num_envs=16, rollout_steps=8, updates_per_epoch=8, batch_size=128,
+                             epochs=env_steps // 128)
+    sac = make_train(sac_config, env, params, bank)
+    sac_s, (state, _, _) = wall(lambda: train_many(sac, jax.random.key(3), [0]))
+    actor = jax.tree.map(lambda x: x[0], state.actor)
+    carry0 = sac.initial_carry()
+    sac_progress = deterministic_progress(env, params, lambda obs: sac.policy(actor, carry0, obs)[1])
+    sac_steps = sac_config.epochs * 128
+    sac_updates = sac_config.epochs * sac_config.updates_per_epoch
+
+    network_factory = functools.partial(ppo_networks.make_ppo_networks, policy_hidden_layer_sizes=(256, 256),
+                                        value_hidden_layer_sizes=(256, 256))
+    # 16 envs x 10-step unrolls x 4 minibatches = 640 env steps per training step, 16 updates each.
+    ppo_kwargs = dict(num_envs=16, batch_size=16, num_minibatches=4, unroll_length=10, num_updates_per_batch=4,
+                      episode_length=600, discounting=0.99, learning_rate=3e-4, entropy_cost=1e-3,
+                      normalize_observations=True, num_evals=1, run_evals=False, num_eval_envs=1,
+                      network_factory=network_factory, seed=3)
+    with brax_training_compat():
+        ppo_s, (make_policy, ppo_params, _) = wall(
+            lambda: ppo.train(BraxRaceEnv(env, params), num_timesteps=env_steps, **ppo_kwargs))
+    ppo_policy = make_policy(ppo_params, deterministic=True)
+    ppo_progress = deterministic_progress(
+        env, params, lambda obs: ppo_policy(jnp.concatenate([obs["proprio"], obs["privileged"]]),
+                                            jax.random.key(0))[0])
+    ppo_training_steps = env_steps // 640
+    ppo_steps, ppo_updates = ppo_training_steps * 640, ppo_training_steps * 16
+
+    table = [["QR-SAC (jaxrace), 1 run", f"{sac_steps:,}", f"{sac_s:.1f} s", f"{sac_steps / sac_s:,.0f}",
+              f"{sac_updates / sac_s:,.1f}", f"{sac_progress:.2f}"],
+             ["PPO (brax 0.14, adapter)", f"{ppo_steps:,}", f"{ppo_s:.1f} s", f"{ppo_steps / ppo_s:,.0f}",
+              f"{ppo_updates / ppo_s:,.1f}", f"{ppo_progress:.2f}"]]
+    print()
+    print_table(["algorithm", "env steps", "wall incl. compile", "env steps/s", "updates/s",
+                 "deterministic progress (m/step)"], table)
+    rows = []
+    for name, steps, secs, updates, progress in (("QR-SAC 1 run", sac_steps, sac_s, sac_updates, sac_progress),
+                                                 ("brax PPO", ppo_steps, ppo_s, ppo_updates, ppo_progress)):
+        rows += [
+            {"name": f"peer, {name}: wall incl. compile ({steps} env steps)", "value": round(secs, 2), "unit": "s"},
+            {"name": f"peer, {name}: env steps/s", "value": round(steps / secs, 1), "unit": "steps/s"},
+            {"name": f"peer, {name}: gradient updates/s", "value": round(updates / secs, 2), "unit": "updates/s"},
+            {"name": f"peer, {name}: deterministic progress", "value": round(progress, 3), "unit": "m/step"},
+        ]
+    return rows
 
 
 if __name__ == "__main__":

@@ -103,6 +103,8 @@ def main() -> None:
                         help="keep training episodes going after a course-out (the reward's penalty only)")
     parser.add_argument("--steer-lock-speed", type=float, default=20.0,
                         help="m/s; full lock shrinks as 1 / (1 + (v / this)^2); 0: fixed lock")
+    parser.add_argument("--weight", action="append", default=[], metavar="NAME=VALUE",
+                        help="override one of the reward's PARAMS, e.g. --weight w_rear_end=20 (repeatable)")
     parser.add_argument("--tag", default="", help="results go to results/train_reference-<tag>.json and .png")
     parser.add_argument("--save", default=None, help="write the final actor parameters to this .npz")
     parser.add_argument("--alone", type=float, default=0.5, help="share of training envs with no opponent")
@@ -129,7 +131,9 @@ def main() -> None:
                          batch_size=args.batch, replay_size=300_000,
                          n_step=args.n_step, warmup_epochs=20, epochs=args.chunk_epochs)
     trainer = make_train(config, env, params, bank)
-    hparams = HParams(reward_scale=0.1, discount=0.99, target_entropy=args.target_entropy)
+    weights = {name: float(value) for name, value in (w.split("=", 1) for w in args.weight)}
+    hparams = HParams(reward_scale=0.1, discount=0.99, target_entropy=args.target_entropy,
+                      reward_params=jnp.asarray(bank.params_matrix([weights])[0]))
     steps_per_epoch = config.num_envs * config.rollout_steps
     key = jax.random.key(args.seed)
     k_init, k_eval, k_race = jax.random.split(key, 3)

@@ -83,19 +83,19 @@ def test_networks_are_reinitialised_on_schedule_and_replay_is_kept():
     net = NetworkConfig(recurrent=False, hidden=16, num_quantiles=4)
     # Warm-up throughout: no updates, so the parameters change only by re-initialisation.
     config = TrainConfig(network=net, num_envs=2, rollout_steps=4, updates_per_epoch=1, batch_size=4,
-                         replay_size=64, warmup_epochs=10, reinit_every=2, epochs=3)
+                         replay_size=64, warmup_epochs=10, reinit_every=2, epochs=4)
     trainer = make_train(config, env, params, bank)
     init = trainer.init(jax.random.key(0), HParams(), 0)
-    run = jax.jit(trainer.run_epochs, static_argnums=3)
-    two, _ = run(init, HParams(), 0, 2)
-    three, _ = run(two, HParams(), 0, 1)
+    run = jax.jit(lambda s: trainer.run_epochs(s, HParams(), 0, 2))  # one compile for both calls
+    two, _ = run(init)  # epochs 0 and 1: no re-initialisation yet
+    four, _ = run(two)  # epoch 2 starts with one
     same = [np.array_equal(a, b) for a, b in zip(jax.tree.leaves(init.actor), jax.tree.leaves(two.actor), strict=True)]
     assert all(same)
-    kernels = [(a, b) for a, b in zip(jax.tree.leaves(two.critic), jax.tree.leaves(three.critic), strict=True)
+    kernels = [(a, b) for a, b in zip(jax.tree.leaves(two.critic), jax.tree.leaves(four.critic), strict=True)
                if np.any(a != 0)]  # biases start at zero every time
     assert kernels and not any(np.array_equal(a, b) for a, b in kernels)
-    np.testing.assert_array_equal(jax.tree.leaves(three.target_critic)[0], jax.tree.leaves(three.critic)[0])
-    assert int(three.replay.current_index) == 12  # 3 epochs x 4 steps: replay kept through the reset
+    np.testing.assert_array_equal(jax.tree.leaves(four.target_critic)[0], jax.tree.leaves(four.critic)[0])
+    assert int(four.replay.current_index) == 16  # 4 epochs x 4 steps: replay kept through the reset
 
 
 def test_pixels_are_stored_once_as_uint8_and_the_next_frame_is_the_next_step():
