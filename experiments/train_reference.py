@@ -131,7 +131,15 @@ def main() -> None:
                          batch_size=args.batch, replay_size=300_000,
                          n_step=args.n_step, warmup_epochs=20, epochs=args.chunk_epochs)
     trainer = make_train(config, env, params, bank)
-    weights = {name: float(value) for name, value in (w.split("=", 1) for w in args.weight)}
+    weights = {}
+    for item in args.weight:
+        name, sep, value = item.partition("=")
+        try:
+            weights[name.strip()] = float(value)
+        except ValueError:
+            sep = ""
+        if not sep:
+            parser.error(f"--weight {item!r}: expected NAME=NUMBER, e.g. w_rear_end=20")
     hparams = HParams(reward_scale=0.1, discount=0.99, target_entropy=args.target_entropy,
                       reward_params=jnp.asarray(bank.params_matrix([weights])[0]))
     steps_per_epoch = config.num_envs * config.rollout_steps

@@ -43,7 +43,7 @@ from flax import struct
 
 from jaxrace.agents import losses
 from jaxrace.agents.checkpoint import load_checkpoint, save_checkpoint
-from jaxrace.agents.networks import Actor, NetworkConfig, TwinCritic, action_distribution
+from jaxrace.agents.networks import Actor, NetworkConfig, TwinCritic, action_distribution, deterministic_action
 from jaxrace.rewards.api import Action, RaceView
 from jaxrace.rewards.bank import RewardBank
 
@@ -247,7 +247,7 @@ def make_train(config: TrainConfig, env, env_params, bank: RewardBank) -> Traine
     def policy(actor_params, carry, obs):
         """Deterministic action for evaluation: tanh of the mean (one env)."""
         carry, (mean, _) = actor_step(actor_params, carry, obs, no_reset)
-        return carry, jnp.tanh(mean)
+        return carry, deterministic_action(mean)
 
     def reward_of(reward_index, params, prev_view, action, view):
         act_ = Action(steering=action[0], throttle_brake=action[1])
