@@ -12,10 +12,11 @@ lookup per ground pixel:
 - ground pixels rotate their constant offset by the car's yaw and read the texture;
 - sky pixels compare their elevation with the skyline height of their column, which
   costs one ray-circle intersection per column;
-- cars are screen rectangles (chase) or rotated boxes (top-down) painted far to near,
-  so a nearer car occludes a farther one.
+- cars are screen rectangles (chase) or rotated boxes (top-down); where they overlap, the
+  nearer car wins (chase) so a nearer car occludes a farther one.
 
-The image is built as uint8 class ids and coloured by one palette lookup at the end.
+Textures hold colours, not classes: a pixel is one packed RGBA word (`PALETTE32`) from
+its lookup to the end, where the words are split into bytes once.
 """
 
 from __future__ import annotations
@@ -44,7 +45,8 @@ CAR_COLOURS = [(30, 120, 230), (230, 110, 30), (150, 60, 200), (20, 190, 190), (
 CLASS = {name: i for i, (name, _) in enumerate(_CLASSES)}
 CAR_BASE = len(_CLASSES)
 PALETTE = np.array([c for _, c in _CLASSES] + CAR_COLOURS, np.uint8)
-CAR_SLOT = len(PALETTE)  # chase camera: classes CAR_SLOT + k are the k-th car from the back
+# The same colours packed as little-endian RGBA words (alpha 0): a pixel is one uint32 until the end.
+PALETTE32 = np.concatenate([PALETTE, np.zeros((len(PALETTE), 1), np.uint8)], 1).view(np.uint32)[:, 0]
 
 CAR_LENGTH, CAR_WIDTH, CAR_HEIGHT = 4.6, 2.0, 1.25  # m, the drawn box
 SKYLINE_ANGLES = 512
@@ -54,10 +56,10 @@ SKYLINE_ANGLES = 512
 class TrackTextures:
     """Per-track render data, stacked over T tracks (leading axis T).
 
-    texels: uint8[T, S, S] surface class per texel, row = y, column = x.
+    texels: uint32[T, S, S] colour (PALETTE32) of each texel's surface class, row = y, column = x.
     origin: f32[T, 2] world (x, y) of texel (0, 0)'s corner; texel_size: f32[T] m.
     sky_centre: f32[T, 2], sky_radius: f32[T]: the skyline ring.
-    sky_height: f32[T, A] m, sky_class: i32[T, A]: the skyline around the ring.
+    sky_height: f32[T, A] m, sky_colour: uint32[T, A]: the skyline around the ring.
     """
 
     texels: jax.Array
@@ -66,7 +68,7 @@ class TrackTextures:
     sky_centre: jax.Array
     sky_radius: jax.Array
     sky_height: jax.Array
-    sky_class: jax.Array
+    sky_colour: jax.Array
 
 
 # ---------------------------------------------------------------------------------- host: textures
@@ -186,9 +188,10 @@ def make_textures(tracks: Track, size: int = 2048) -> TrackTextures:
                for k in fields}
         parts.append(_textures_of(one, size))
     stack = lambda i, dtype: jnp.asarray(np.stack([p[i] for p in parts]), dtype)  # noqa: E731
-    return TrackTextures(texels=stack(0, jnp.uint8), origin=stack(1, jnp.float32), texel_size=stack(2, jnp.float32),
+    colours = lambda i: jnp.asarray(PALETTE32[np.stack([p[i] for p in parts])])  # noqa: E731
+    return TrackTextures(texels=colours(0), origin=stack(1, jnp.float32), texel_size=stack(2, jnp.float32),
                          sky_centre=stack(3, jnp.float32), sky_radius=stack(4, jnp.float32),
-                         sky_height=stack(5, jnp.float32), sky_class=stack(6, jnp.int32))
+                         sky_height=stack(5, jnp.float32), sky_colour=colours(6))
 
 
 # ---------------------------------------------------------------------------------- the camera
@@ -217,6 +220,20 @@ def _chase_geometry(h: int, w: int):
     return dict(f=f, first=first, fwd=fwd, left=left, far=far, elevation=elevation, azimuth=azimuth)
 
 
+def _materialised(image: jax.Array) -> jax.Array:
+    """`image` (uint32 colours below 2**24) unchanged, but computed once per pixel.
+
+    Splitting a word into three bytes reads each pixel three times, and XLA:CPU fuses the
+    whole per-pixel computation into that byte loop: every pixel would be coloured three
+    times, in a loop over a trailing axis of 3 that does not vectorise. XLA does not
+    duplicate an expensive producer (a float divide) into a consumer that reuses its
+    elements, so dividing by an exact 1.0 makes it write the image once. The words are
+    below 2**24, so the float32 round trip is exact.
+    """
+    x = image.astype(jnp.float32)
+    return (x / (1.0 + 0.0 * x)).astype(jnp.uint32)
+
+
 def make_renderer(static) -> callable:
     """Builds `render(textures, state, car=0) -> uint8[H, W, 3]` for a static config.
 
@@ -231,19 +248,19 @@ def make_renderer(static) -> callable:
         raise ValueError(f"image_size must be at least (8, 8), got {static.image_size}")
     if static.num_cars > 32:
         raise ValueError(f"the renderer draws at most 32 cars, got {static.num_cars}")
-    # RGBA packed in a uint32: one lookup per pixel, not one per channel (which would make
-    # XLA recompute the whole class computation for each channel).
-    palette32 = jnp.asarray(np.concatenate([PALETTE, np.zeros((len(PALETTE), 1), np.uint8)], 1).view(np.uint32)[:, 0])
-
-    def colour(table, classes):
-        return jax.lax.bitcast_convert_type(jnp.take(table, classes.astype(jnp.int32), axis=0), jnp.uint8)[..., :3]
-
+    rgba = lambda name: jnp.uint32(PALETTE32[CLASS[name]])  # noqa: E731
     num_colours = len(CAR_COLOURS)
-    car_ids = jnp.asarray([CLASS["ego"]] + [CAR_BASE + (k - 1) % num_colours for k in range(1, static.num_cars)],
-                          jnp.uint8)
+    car_colours = jnp.asarray(PALETTE32[[CLASS["ego"]] + [CAR_BASE + (k - 1) % num_colours
+                                                          for k in range(1, static.num_cars)]])
     if static.camera == "chase":
         geo = _chase_geometry(h, w)
         ground_fwd, ground_left = jnp.asarray(geo["fwd"], jnp.float32), jnp.asarray(geo["left"], jnp.float32)
+        first = geo["first"]  # rows above it are sky
+        azimuth_cos = jnp.asarray(np.cos(geo["azimuth"]), jnp.float32)
+        azimuth_sin = jnp.asarray(np.sin(geo["azimuth"]), jnp.float32)
+        tan_elevation = jnp.asarray(np.tan(geo["elevation"]), jnp.float32)
+        sky_band = jnp.asarray(np.where(np.arange(first)[:, None] < first // 2, PALETTE32[CLASS["sky_high"]],
+                                        PALETTE32[CLASS["sky_low"]]))
     else:
         m = TOPDOWN_SPAN / w
         rows = (h - np.arange(h) - 0.5) * m - TOPDOWN_BEHIND
@@ -251,7 +268,7 @@ def make_renderer(static) -> callable:
         ground_fwd = jnp.asarray(np.repeat(rows[:, None], w, 1), jnp.float32)
         ground_left = jnp.asarray(np.repeat(cols[None, :], h, 0), jnp.float32)
         geo = dict(first=0, far=np.zeros((h, w), bool))
-    first = geo["first"]
+        first = 0
     far = jnp.asarray(geo["far"])
 
     def ground(tex, track, cx, cy, cos, sin):
@@ -264,29 +281,37 @@ def make_renderer(static) -> callable:
         iy = jnp.clip((ay + s * ground_fwd + c * ground_left).astype(jnp.int32), 0, size - 1)
         flat = tex.texels.reshape(-1)
         texel = flat.at[track * (size * size) + iy * size + ix].get(mode="promise_in_bounds")
-        return jnp.where(far, jnp.uint8(CLASS["outside"]), texel)
+        return jnp.where(far, rgba("outside"), texel)
 
-    def sky(tex, track, px, py, yaw):
-        phi = yaw + jnp.asarray(geo["azimuth"], jnp.float32)  # world direction of each column
-        dx, dy = jnp.cos(phi), jnp.sin(phi)
+    def sky(tex, track, px, py, cos, sin):
+        # World direction of each column near the horizon: the column's azimuth turned by the yaw.
+        dx = cos * azimuth_cos - sin * azimuth_sin
+        dy = sin * azimuth_cos + cos * azimuth_sin
         ox, oy = px - tex.sky_centre[track, 0], py - tex.sky_centre[track, 1]
         b = ox * dx + oy * dy
         c = ox * ox + oy * oy - tex.sky_radius[track] ** 2  # < 0: the camera is inside the ring
-        t = -b + jnp.sqrt(jnp.maximum(b * b - c, 0.0))
+        t = -b + jnp.sqrt(jnp.maximum(b * b - c, 0.0))  # distance to the skyline, per column
         angle = jnp.arctan2(oy + t * dy, ox + t * dx)
         a = (jnp.round(angle / (2 * jnp.pi) * SKYLINE_ANGLES).astype(jnp.int32)) % SKYLINE_ANGLES
-        top = jnp.arctan2(tex.sky_height[track, a] - CHASE_UP, t)  # elevation of the skyline, per column
-        elevation = jnp.asarray(geo["elevation"], jnp.float32)
-        band = jnp.where(jnp.arange(first)[:, None] < first // 2, CLASS["sky_high"], CLASS["sky_low"])
-        return jnp.where(elevation < top[None, :], tex.sky_class[track, a][None, :], band).astype(jnp.uint8)
+        # A pixel sees the skyline when its elevation is below the skyline's: tan(e) * t < height.
+        below = tan_elevation * t[None, :] < (tex.sky_height[track, a] - CHASE_UP)[None, :]
+        return jnp.where(below, tex.sky_colour[track, a][None, :], sky_band)
+
+    def nearest_colour(covered, front, colours):
+        """Colour of the highest set bit of `covered` (the nearest car), dark unless its `front` bit is set."""
+        slot = (31 - jax.lax.clz(covered)).astype(jnp.uint32)
+        body = colours[0]
+        for k in range(1, static.num_cars):  # a chain of selects vectorises; a per-pixel gather does not
+            body = jnp.where(slot == k, colours[k], body)
+        lit = (jnp.right_shift(front, slot) & 1) == 1
+        return jnp.where(lit, body, rgba("car_dark"))
 
     def cars_chase(image, rel_fwd, rel_left, rel_yaw, visible):
         """Paints the cars: the nearest covering car wins, found with bit tricks, not a loop of passes.
 
         Cars are sorted far to near into slots 0..C-1; row r has bit k set when slot k's
         rectangle spans it, and column c likewise, so a pixel's covering cars are
-        row_bits[r] & col_bits[c] and the nearest is the highest set bit. The pixel's class
-        becomes CAR_SLOT + k, coloured by a per-frame palette.
+        row_bits[r] & col_bits[c] and the nearest is the highest set bit.
         """
         f = geo["f"]
         a = rel_fwd + CHASE_BACK  # from the camera
@@ -305,16 +330,14 @@ def make_renderer(static) -> callable:
         cols = jnp.arange(w, dtype=jnp.float32) + 0.5
         bit = jnp.left_shift(jnp.uint32(1), jnp.arange(static.num_cars, dtype=jnp.uint32))[:, None]
         in_rows = (rows >= top[:, None]) & (rows <= bottom[:, None]) & shown[:, None]  # [C, H]
-        dark = rows < (top + 0.35 * (bottom - top))[:, None]  # the glasshouse
+        lit = rows >= (top + 0.35 * (bottom - top))[:, None]  # below the glasshouse
         row_bits = jnp.sum(jnp.where(in_rows, bit, 0), axis=0, dtype=jnp.uint32)
-        dark_bits = jnp.sum(jnp.where(in_rows & dark, bit, 0), axis=0, dtype=jnp.uint32)
+        lit_bits = jnp.sum(jnp.where(in_rows & lit, bit, 0), axis=0, dtype=jnp.uint32)
         col_bits = jnp.sum(jnp.where(jnp.abs(cols - centre[:, None]) <= half_w[:, None], bit, 0), axis=0,
                            dtype=jnp.uint32)
         covered = row_bits[:, None] & col_bits[None, :]
-        slot = (31 - jax.lax.clz(covered)).astype(jnp.uint32)  # the nearest covering car
-        is_dark = (jnp.right_shift(dark_bits[:, None], slot) & 1) == 1
-        car_class = jnp.where(is_dark, jnp.uint8(CLASS["car_dark"]), (CAR_SLOT + slot).astype(jnp.uint8))
-        return jnp.where(covered != 0, car_class, image), car_ids[order]
+        car = nearest_colour(covered, lit_bits[:, None], car_colours[order])
+        return jnp.where(covered != 0, car, image)
 
     def cars_topdown(image, rel_fwd, rel_left, rel_yaw, visible):
         """Paints every car's box; the car with the highest index wins where boxes overlap."""
@@ -327,10 +350,7 @@ def make_renderer(static) -> callable:
             inside = (jnp.abs(along) <= CAR_LENGTH / 2) & (jnp.abs(across) <= CAR_WIDTH / 2) & visible[k]
             covered = covered | jnp.where(inside, jnp.uint32(1 << k), jnp.uint32(0))
             front = front | jnp.where(inside & (along > CAR_LENGTH * 0.1), jnp.uint32(1 << k), jnp.uint32(0))
-        slot = (31 - jax.lax.clz(covered)).astype(jnp.uint32)
-        is_body = (jnp.right_shift(front, slot) & 1) == 1
-        car_class = jnp.where(is_body, (CAR_SLOT + slot).astype(jnp.uint8), jnp.uint8(CLASS["car_dark"]))
-        return jnp.where(covered != 0, car_class, image), car_ids
+        return jnp.where(covered != 0, nearest_colour(covered, front, car_colours), image)
 
     def render(textures: TrackTextures, state, car: int | jax.Array = 0) -> jax.Array:
         body = state.cars.body
@@ -344,10 +364,10 @@ def make_renderer(static) -> callable:
         floor = ground(textures, track, cx, cy, cos, sin)
         if static.camera == "chase":
             cam_x, cam_y = cx - CHASE_BACK * cos, cy - CHASE_BACK * sin
-            image = jnp.concatenate([sky(textures, track, cam_x, cam_y, yaw), floor], axis=0) if first else floor
-            image, slot_ids = cars_chase(image, rel_fwd, rel_left, rel_yaw, visible)
+            image = jnp.concatenate([sky(textures, track, cam_x, cam_y, cos, sin), floor], axis=0) if first else floor
+            image = cars_chase(image, rel_fwd, rel_left, rel_yaw, visible)
         else:
-            image, slot_ids = cars_topdown(floor, rel_fwd, rel_left, rel_yaw, visible)
-        return colour(jnp.concatenate([palette32[:CAR_SLOT], palette32[slot_ids]]), image)
+            image = cars_topdown(floor, rel_fwd, rel_left, rel_yaw, visible)
+        return jax.lax.bitcast_convert_type(_materialised(image), jnp.uint8)[..., :3]
 
     return render

@@ -15,7 +15,7 @@ import jax
 import numpy as np
 
 from jaxrace.envs.race import EnvParams, EnvState, RaceEnv
-from jaxrace.envs.render import PALETTE, make_renderer, make_textures
+from jaxrace.envs.render import CLASS, PALETTE, PALETTE32, make_renderer, make_textures
 
 VIDEO_SIZE = (180, 320)  # (H, W)
 MAP_SIZE = 64  # px, the picture-in-picture map
@@ -39,7 +39,8 @@ def _track_map(params: EnvParams, track: int) -> tuple[np.ndarray, np.ndarray, f
     texels = np.asarray(textures.texels[track])
     stride = max(1, texels.shape[0] // MAP_SIZE)
     small = texels[::stride, ::stride][:MAP_SIZE, :MAP_SIZE]
-    tarmac = np.isin(small, [5, 6, 7, 12])  # tarmac, kerbs and the line: the circuit's shape
+    surface = [PALETTE32[CLASS[name]] for name in ("tarmac", "kerb_red", "kerb_white", "line")]
+    tarmac = np.isin(small, surface)  # the circuit's shape
     image = np.where(tarmac[..., None], np.uint8(230), np.uint8(40)).repeat(3, -1)
     return image, np.asarray(textures.origin[track]), float(textures.texel_size[track]) * stride
 
@@ -69,7 +70,7 @@ def overlay(frames: np.ndarray, states: EnvState, params: EnvParams, car: int = 
         for k in np.flatnonzero(active[t]):
             mx = int((c.body.x[t, k] - origin[0]) / metres)
             my = int((c.body.y[t, k] - origin[1]) / metres)
-            colour = PALETTE[15] if k == car else np.array([220, 40, 40], np.uint8)
+            colour = PALETTE[CLASS["ego"]] if k == car else np.array([220, 40, 40], np.uint8)
             pip[max(my - 1, 0):my + 2, max(mx - 1, 0):mx + 2] = colour
         pip = np.flipud(pip)  # world y up
         h, w = pip.shape[:2]
