@@ -234,6 +234,20 @@ def _materialised(image: jax.Array) -> jax.Array:
     return (x / (1.0 + 0.0 * x)).astype(jnp.uint32)
 
 
+def _select_by_bits(index: jax.Array, values: list) -> jax.Array:
+    """values[index] per element, as a tree of selects on the bits of `index` (uint32).
+
+    A per-pixel gather from a small per-frame table is a scalar loop on XLA:CPU; selects
+    vectorise, and a tree needs one bit test per level instead of a compare per value.
+    """
+    bit = 0
+    while len(values) > 1:
+        odd = (jnp.right_shift(index, bit) & 1) == 1
+        pairs = [jnp.where(odd, values[i + 1], values[i]) for i in range(0, len(values) - 1, 2)]
+        values, bit = pairs + values[len(pairs) * 2:], bit + 1
+    return values[0]
+
+
 def make_renderer(static) -> callable:
     """Builds `render(textures, state, car=0) -> uint8[H, W, 3]` for a static config.
 
@@ -300,9 +314,7 @@ def make_renderer(static) -> callable:
     def nearest_colour(covered, front, colours):
         """Colour of the highest set bit of `covered` (the nearest car), dark unless its `front` bit is set."""
         slot = (31 - jax.lax.clz(covered)).astype(jnp.uint32)
-        body = colours[0]
-        for k in range(1, static.num_cars):  # a chain of selects vectorises; a per-pixel gather does not
-            body = jnp.where(slot == k, colours[k], body)
+        body = _select_by_bits(slot, [colours[k] for k in range(static.num_cars)])
         lit = (jnp.right_shift(front, slot) & 1) == 1
         return jnp.where(lit, body, rgba("car_dark"))
 

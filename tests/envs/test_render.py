@@ -196,3 +196,22 @@ def test_a_clip_is_written_and_reads_back_with_the_expected_frames(oval, tmp_pat
     assert gif.suffix == ".gif" and len(imageio.mimread(gif)) == 10
     with pytest.raises(ValueError, match="trajectory has 41"):
         render_clip(env, params, states, tmp_path / "long.mp4", seconds=10.0)
+
+
+@pytest.mark.parametrize("count", [1, 2, 3, 7, 8, 10])
+def test_select_by_bits_picks_the_indexed_value(count):
+    from jaxrace.envs.render import _select_by_bits
+
+    values = [jnp.uint32(100 + 7 * k) for k in range(count)]
+    index = jnp.arange(count, dtype=jnp.uint32).reshape(-1, 1) * jnp.ones((1, 3), jnp.uint32)
+    np.testing.assert_array_equal(_select_by_bits(index, values), 100 + 7 * np.asarray(index))
+
+
+def test_textures_hold_palette_colours_below_2_pow_24(oval):
+    from jaxrace.envs.render import CLASS, PALETTE32
+
+    _, params, _ = oval
+    texels = np.unique(np.asarray(params.textures.texels))
+    assert set(texels) <= set(PALETTE32.tolist())
+    assert {PALETTE32[CLASS[c]] for c in ("tarmac", "grass_a", "outside", "kerb_red")} <= set(texels)
+    assert PALETTE32.max() < 2 ** 24  # the exact float32 round trip in _materialised relies on it
