@@ -33,6 +33,7 @@ from jaxrace.envs.track import (
     wrap_angle,
 )
 from jaxrace.envs.vehicle import CarParams, Conditions, VehicleState, sanitize_action, vehicle_substep
+from jaxrace.envs.xla_cpu import any_last, materialised, sum_last
 from jaxrace.rewards.api import NO_GAP, RaceView
 
 START_MODES = ("time_trial", "grid_back", "random")
@@ -385,6 +386,7 @@ class RaceEnv:
 
         def substep(_, carry: Substep) -> Substep:
             body, _ = vehicle_substep(carry.body, actions, Conditions(carry.grip, carry.rolling_drag, draft), car, dt)
+            body = jax.tree.map(materialised, body)  # read by every output of the substep
             proj = project(ts, jnp.stack([body.x, body.y], -1), carry.station)
             motion, proj, wall = _walls(Motion.of(body), proj, car, params)
             contact = Contacts(*(jnp.zeros_like(active),) * 3)
@@ -685,7 +687,7 @@ def _contacts(ts: TrackSlice, m: Motion, proj: Projection, partners, car: CarPar
         closing = (vel_other - vel[:, None]) * direction  # < 0: the pair is approaching
         dv = jnp.where(mask & (closing < 0), bounce * share * closing * direction, 0.0)
         push = jnp.where(mask, -direction * pen * share, 0.0)
-        return jnp.sum(dv, axis=1), jnp.sum(push, axis=1)
+        return materialised(sum_last(dv)), materialised(sum_last(push))  # read by x, y, vx, vy, arc
 
     dv_along, push_along = resolve(rear_end, d_along, other[..., 2], v_along, pen_along)
     dv_side, push_side = resolve(side, d_side, other[..., 3], v_side, pen_side)
@@ -695,11 +697,13 @@ def _contacts(ts: TrackSlice, m: Motion, proj: Projection, partners, car: CarPar
         vx=m.vx + dv_along * row.tx + dv_side * row.nx,
         vy=m.vy + dv_along * row.ty + dv_side * row.ny,
     )
-    proj = proj._replace(arc=(proj.arc + push_along) % ts.length, lateral=proj.lateral + push_side)
+    arc = proj.arc + push_along  # a push crosses the line at most once; no float remainder
+    arc = jnp.where(arc < 0, arc + ts.length, jnp.where(arc >= ts.length, arc - ts.length, arc))
+    proj = proj._replace(arc=arc, lateral=proj.lateral + push_side)
     contacts = Contacts(
-        hit_from_behind=jnp.any(rear_end & (d_along < 0), axis=1),
-        hit_other_from_behind=jnp.any(rear_end & (d_along > 0), axis=1),
-        side=jnp.any(side, axis=1),
+        hit_from_behind=any_last(rear_end & (d_along < 0)),
+        hit_other_from_behind=any_last(rear_end & (d_along > 0)),
+        side=any_last(side),
     )
     return m, proj, contacts
 

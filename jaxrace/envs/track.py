@@ -23,6 +23,7 @@ from flax import struct
 
 from jaxrace.envs import reference
 from jaxrace.envs.vehicle import CarParams
+from jaxrace.envs.xla_cpu import sum_last
 
 MIN_INPUT_POINTS = 20
 RUNOFF = 8.0  # m of run-off between the track edge and the wall, by default
@@ -445,7 +446,7 @@ def project(ts: TrackSlice, xy: jax.Array, prev_station: jax.Array, window=PROJE
     # are in driving order); if it passed none, it moved back past the window: take the
     # first, and the next call searches further back.
     passed = (xy[..., 0:1] - ax) * tx + (xy[..., 1:2] - ay) * ty >= 0.0
-    k = jnp.clip(jnp.sum(passed, axis=-1) - 1, 0, offsets.shape[0] - 1)
+    k = jnp.clip(sum_last(passed) - 1, 0, offsets.shape[0] - 1)
     station = jnp.take_along_axis(stations, k[..., None], axis=-1)[..., 0]
     row = ts.row(station)
     rx, ry = xy[..., 0] - row.x, xy[..., 1] - row.y

@@ -1,0 +1,41 @@
+"""Small rewrites that make XLA:CPU emit fast code for the env's many tiny arrays.
+
+The env works on arrays like f32[envs, cars] and f32[envs, cars, k] with k of 2 to 8.
+Each function here means exactly what its numpy namesake means; only the code XLA emits
+differs (measured with `experiments/bench_env.py` and a per-fusion profile):
+
+- a reduction over a short trailing axis becomes a custom reduce kernel call per use;
+  unrolled into adds it fuses with its neighbours;
+- every consumer of a long elementwise chain gets its own copy of the chain: a fusion
+  boundary, forced with `materialised`, computes it once.
+"""
+
+from __future__ import annotations
+
+import functools
+import operator
+
+import jax
+import jax.numpy as jnp
+
+
+def sum_last(x: jax.Array) -> jax.Array:
+    """x.sum(-1) for a short, static last axis, as a chain of adds (bool counts as int32)."""
+    if x.dtype == jnp.bool_:
+        x = x.astype(jnp.int32)
+    return functools.reduce(operator.add, [x[..., j] for j in range(x.shape[-1])])
+
+
+def any_last(x: jax.Array) -> jax.Array:
+    """x.any(-1) for a short, static last axis, as a chain of ors."""
+    return functools.reduce(operator.or_, [x[..., j] for j in range(x.shape[-1])])
+
+
+def materialised(x: jax.Array) -> jax.Array:
+    """`x` unchanged (float, finite), but computed once however many fusions read it.
+
+    XLA does not duplicate an expensive producer (a float divide) into several
+    consumers, so dividing by an exact 1.0 puts a fusion boundary here. Infinities and
+    NaN become NaN (0 * inf); use it on values that are finite.
+    """
+    return x / (1.0 + 0.0 * x)
