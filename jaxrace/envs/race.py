@@ -33,7 +33,7 @@ from jaxrace.envs.track import (
     wrap_angle,
 )
 from jaxrace.envs.vehicle import CarParams, Conditions, VehicleState, sanitize_action, vehicle_substep
-from jaxrace.envs.xla_cpu import any_last, materialised, sum_last
+from jaxrace.envs.xla_cpu import any_last, materialised, smallest_k, sum_last
 from jaxrace.rewards.api import NO_GAP, RaceView
 
 START_MODES = ("time_trial", "grid_back", "random")
@@ -519,7 +519,7 @@ class RaceEnv:
         if s.num_slots:
             dx, dy = c.body.x - body.x, c.body.y - body.y
             dist = jnp.where(state.active & (jnp.arange(s.num_cars) > 0), jnp.hypot(dx, dy), jnp.inf)
-            _, nearest = jax.lax.top_k(-dist, s.num_slots)
+            nearest = smallest_k(dist, s.num_slots)
             wvx = c.body.vx * jnp.cos(c.body.yaw) - c.body.vy * jnp.sin(c.body.yaw)
             wvy = c.body.vx * jnp.sin(c.body.yaw) + c.body.vy * jnp.cos(c.body.yaw)
             px, py = to_car(dx[nearest], dy[nearest])
@@ -654,7 +654,7 @@ def _contact_partners(ts: TrackSlice, cars: CarsState, active) -> jax.Array:
     gap = jnp.abs(opponents.wrap_half(cars.arc[None, :] - cars.arc[:, None], ts.length))
     gap = gap + jnp.abs(cars.lateral[None, :] - cars.lateral[:, None])
     valid = active[None, :] & active[:, None] & ~jnp.eye(num, dtype=bool)
-    _, nearest = jax.lax.top_k(-jnp.where(valid, gap, jnp.inf), k)
+    nearest = smallest_k(jnp.where(valid, gap, jnp.inf), k)
     ok = jnp.take_along_axis(valid, nearest, axis=1)
     return jnp.where(ok, nearest, jnp.arange(num)[:, None]).astype(jnp.int32)
 

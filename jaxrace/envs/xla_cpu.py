@@ -39,3 +39,26 @@ def materialised(x: jax.Array) -> jax.Array:
     NaN become NaN (0 * inf); use it on values that are finite.
     """
     return x / (1.0 + 0.0 * x)
+
+
+def smallest_k(values: jax.Array, k: int) -> jax.Array:
+    """i32[..., k]: indices of the k smallest entries of the last axis, in increasing order.
+
+    Same result as `lax.top_k(-values, k)[1]` (ties go to the lower index), but as k
+    passes of compare-and-select over the (short, static) last axis instead of a sort
+    kernel call per row.
+    """
+    n = values.shape[-1]
+    cols = [values[..., j] for j in range(n)]
+    taken = [jnp.zeros(values.shape[:-1], bool) for _ in range(n)]
+    picked = []
+    for _ in range(k):
+        best_v = jnp.full(values.shape[:-1], jnp.inf, values.dtype)
+        best_i = jnp.full(values.shape[:-1], n, jnp.int32)
+        for j in range(n):
+            better = ~taken[j] & ((cols[j] < best_v) | (best_i == n))
+            best_v = jnp.where(better, cols[j], best_v)
+            best_i = jnp.where(better, j, best_i)
+        taken = [t | (best_i == j) for j, t in enumerate(taken)]
+        picked.append(best_i)
+    return jnp.stack(picked, axis=-1)
