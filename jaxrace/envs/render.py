@@ -178,8 +178,8 @@ def _rasterise(track: dict, size: int, key: bytes) -> tuple:
 
 def make_textures(tracks: Track, size: int = 2048) -> TrackTextures:
     """Rasterises every track of `tracks` (one or stacked) on the host; cached per track."""
-    if size < 16:
-        raise ValueError(f"texture size must be at least 16, got {size}")
+    if not 16 <= size <= 4096:  # the renderer's texel index is an exact float32 below 2**24
+        raise ValueError(f"texture size must be between 16 and 4096 texels, got {size}")
     fields = ("xy", "s", "seg_len", "tangent", "normal", "width_left", "width_right", "kerb_left", "kerb_right",
               "wall_left", "wall_right", "length")
     parts = []
@@ -291,10 +291,13 @@ def make_renderer(static) -> callable:
         # Texel coordinates as one multiply-add per term: scalars folded per frame.
         ax, ay = (cx - tex.origin[track, 0]) * inv, (cy - tex.origin[track, 1]) * inv
         c, s = cos * inv, sin * inv
-        ix = jnp.clip((ax + c * ground_fwd - s * ground_left).astype(jnp.int32), 0, size - 1)
-        iy = jnp.clip((ay + s * ground_fwd + c * ground_left).astype(jnp.int32), 0, size - 1)
-        flat = tex.texels.reshape(-1)
-        texel = flat.at[track * (size * size) + iy * size + ix].get(mode="promise_in_bounds")
+        # Clamped and floored in float, the row-major texel index is an exact float (size**2
+        # <= 2**24): one float-to-int conversion per pixel instead of two, and an unsigned
+        # index skips jnp's wrap of negative indices.
+        fx = jnp.floor(jnp.clip(ax + c * ground_fwd - s * ground_left, 0.0, size - 1.0))
+        fy = jnp.floor(jnp.clip(ay + s * ground_fwd + c * ground_left, 0.0, size - 1.0))
+        index = (fy * size + fx).astype(jnp.uint32) + (track * (size * size)).astype(jnp.uint32)
+        texel = tex.texels.reshape(-1).at[index].get(mode="promise_in_bounds")
         return jnp.where(far, rgba("outside"), texel)
 
     def sky(tex, track, px, py, cos, sin):

@@ -180,6 +180,9 @@ def test_pixels_only_when_asked(oval):
     assert obs["pixels"].shape == (64, 64, 3) and obs["pixels"].dtype == jnp.uint8
     with pytest.raises(ValueError, match="camera"):
         jaxrace.make(track="oval", pixels=True, camera="fisheye")
+    for size in (8, 8192):
+        with pytest.raises(ValueError, match=f"between 16 and 4096 texels, got {size}"):
+            jaxrace.make(track="oval", pixels=True, texture_size=size)
 
 
 def test_a_clip_is_written_and_reads_back_with_the_expected_frames(oval, tmp_path):
