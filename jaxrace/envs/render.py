@@ -29,6 +29,7 @@ import numpy as np
 from flax import struct
 
 from jaxrace.envs.track import Track, num_tracks
+from jaxrace.envs.xla_cpu import materialised
 
 CAMERAS = ("chase", "topdown")
 
@@ -220,18 +221,15 @@ def _chase_geometry(h: int, w: int):
     return dict(f=f, first=first, fwd=fwd, left=left, far=far, elevation=elevation, azimuth=azimuth)
 
 
-def _materialised(image: jax.Array) -> jax.Array:
-    """`image` (uint32 colours below 2**24) unchanged, but computed once per pixel.
+def _colours_once(image: jax.Array) -> jax.Array:
+    """`image` (uint32 colour words below 2**24) unchanged, but computed once per pixel.
 
     Splitting a word into three bytes reads each pixel three times, and XLA:CPU fuses the
     whole per-pixel computation into that byte loop: every pixel would be coloured three
-    times, in a loop over a trailing axis of 3 that does not vectorise. XLA does not
-    duplicate an expensive producer (a float divide) into a consumer that reuses its
-    elements, so dividing by an exact 1.0 makes it write the image once. The words are
-    below 2**24, so the float32 round trip is exact.
+    times, in a loop over a trailing axis of 3 that does not vectorise. The words are
+    below 2**24, so the float32 round trip through `materialised` is exact.
     """
-    x = image.astype(jnp.float32)
-    return (x / (1.0 + 0.0 * x)).astype(jnp.uint32)
+    return materialised(image.astype(jnp.float32)).astype(jnp.uint32)
 
 
 def _select_by_bits(index: jax.Array, values: list) -> jax.Array:
@@ -383,6 +381,6 @@ def make_renderer(static) -> callable:
             image = cars_chase(image, rel_fwd, rel_left, rel_yaw, visible)
         else:
             image = cars_topdown(floor, rel_fwd, rel_left, rel_yaw, visible)
-        return jax.lax.bitcast_convert_type(_materialised(image), jnp.uint8)[..., :3]
+        return jax.lax.bitcast_convert_type(_colours_once(image), jnp.uint8)[..., :3]
 
     return render

@@ -217,4 +217,4 @@ def test_textures_hold_palette_colours_below_2_pow_24(oval):
     texels = np.unique(np.asarray(params.textures.texels))
     assert set(texels) <= set(PALETTE32.tolist())
     assert {PALETTE32[CLASS[c]] for c in ("tarmac", "grass_a", "outside", "kerb_red")} <= set(texels)
-    assert PALETTE32.max() < 2 ** 24  # the exact float32 round trip in _materialised relies on it
+    assert PALETTE32.max() < 2 ** 24  # the exact float32 round trip in _colours_once relies on it
