@@ -170,6 +170,7 @@ class Trainer:
     losses: Any  # (nets, target_critic, batch, reward_index, reward_params, hparams, key) -> Losses
     sample: Any  # (replay, key) -> Transition [batch_size, sequence_length]
     next_frames: Any  # (sequence Transition [S], steps i32[T]) -> uint8[T, H, W, 3], pixels only
+    reward: Any  # (reward_index i32[], reward_params f32[P], prev RaceView, action f32[2], view) -> f32[]
 
 
 def _adam():
@@ -250,8 +251,13 @@ def make_train(config: TrainConfig, env, env_params, bank: RewardBank) -> Traine
         return carry, deterministic_action(mean)
 
     def reward_of(reward_index, params, prev_view, action, view):
+        # Every candidate's reward, then this run's: under the vmap over runs a switch on
+        # the (batched) index computes every branch anyway, and its batching rule costs
+        # seconds of tracing per call site.
         act_ = Action(steering=action[0], throttle_brake=action[1])
-        return bank.evaluate(reward_index, prev_view, act_, view, params)[0]
+        index = jnp.clip(reward_index, 0, bank.num_rewards - 1)
+        all_params = bank.default_params().at[index].set(params)
+        return bank.evaluate_all(prev_view, act_, view, all_params)[0][index]
 
     def new_networks(key, one_obs):
         k_actor, k_critic = jax.random.split(key)
@@ -445,7 +451,8 @@ def make_train(config: TrainConfig, env, env_params, bank: RewardBank) -> Traine
 
     return Trainer(config=config, init=init, run_epochs=run_epochs, train=train, policy=policy,
                    initial_carry=lambda: carry0, losses=losses_of,
-                   sample=lambda replay, key: buffer.sample(replay, key).experience, next_frames=next_frames)
+                   sample=lambda replay, key: buffer.sample(replay, key).experience, next_frames=next_frames,
+                   reward=reward_of)
 
 
 @functools.partial(jax.jit, static_argnums=(0,))

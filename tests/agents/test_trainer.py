@@ -212,3 +212,22 @@ def test_hparams_can_differ_per_run_and_bad_lengths_are_rejected(trainer):
     assert not np.allclose(first[0], init_first[0]) and np.allclose(first[1], init_first[1])
     with pytest.raises(ValueError, match="3 values for 2 runs"):
         train_many(trainer, jax.random.key(7), [0, 0], hparams=HParams(actor_lr=jnp.ones(3)), chunk_epochs=2)
+
+
+def test_the_trainer_rewards_each_run_with_its_own_candidate_and_params():
+    from jaxrace.rewards.synthetic import synthetic_batch
+
+    bank = RewardBank.from_compiled([library_reward("progress"), library_reward("gt_sophy")])
+    env, params = jaxrace.make(track="oval", start="time_trial")
+    config = TrainConfig(num_envs=2, rollout_steps=2, updates_per_epoch=1, batch_size=8, replay_size=100,
+                         warmup_epochs=1, epochs=1)
+    trainer = make_train(config, env, params, bank)
+    prev, action, curr, _ = synthetic_batch()
+    act = jnp.stack([action.steering, action.throttle_brake], -1)
+    weights = bank.default_params() * jnp.asarray([[1.0], [2.5]])  # not the defaults
+    for index in range(bank.num_rewards):
+        got = jax.vmap(trainer.reward, in_axes=(None, None, 0, 0, 0))(jnp.int32(index), weights[index], prev, act,
+                                                                     curr)
+        want = jax.vmap(bank.evaluate, in_axes=(None, 0, 0, 0, None))(index, prev, action, curr, weights[index])[0]
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+    assert not np.allclose(got, jax.vmap(bank.evaluate, in_axes=(None, 0, 0, 0))(1, prev, action, curr)[0])
