@@ -7,7 +7,9 @@ differs (measured with `experiments/bench_env.py` and a per-fusion profile):
 - a reduction over a short trailing axis becomes a custom reduce kernel call per use;
   unrolled into adds it fuses with its neighbours;
 - every consumer of a long elementwise chain gets its own copy of the chain: a fusion
-  boundary, forced with `materialised`, computes it once.
+  boundary, forced with `materialised`, computes it once;
+- `lax.top_k` over a short row is a sort kernel call per row; `smallest_k` is a few
+  passes of compare-and-select that fuse.
 """
 
 from __future__ import annotations
