@@ -109,6 +109,21 @@ class Action:
     """f32, > 0 throttle (1 = full), < 0 brake (-1 = full)."""
 
 
+INT_FIELDS = frozenset({"rank", "start_rank", "num_cars", "laps"})
+BOOL_FIELDS = frozenset({"off_course", "on_kerb", "wall_contact", "hit_from_behind", "hit_other_from_behind",
+                         "side_contact", "finished"})
+
+
+def field_dtypes(cls: type[RaceView] | type[Action]) -> dict[str, jax.numpy.dtype]:
+    """{field: dtype} of a RaceView or an Action, in field order (int32, bool or float32)."""
+    import dataclasses
+
+    import jax.numpy as jnp
+
+    return {f.name: jnp.dtype(jnp.int32 if f.name in INT_FIELDS else jnp.bool_ if f.name in BOOL_FIELDS
+                              else jnp.float32) for f in dataclasses.fields(cls)}
+
+
 REWARD_SIGNATURE = '''\
 def reward(prev: RaceView, action: Action, curr: RaceView, params: dict) -> tuple[jax.Array, dict[str, jax.Array]]:
     """The reward for one agent step from `prev` to `curr` under `action`.

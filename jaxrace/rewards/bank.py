@@ -83,11 +83,9 @@ class RewardBank:
         width = self.num_components
 
         def branch(prev, action, curr, params_row):
-            weights = {k: params_row[j] for j, k in enumerate(reward.param_names)}
-            total, components = reward(prev, action, curr, weights)
-            values = [components[k] for k in reward.component_names]
-            values += [jnp.float32(0.0)] * (width - len(values))
-            return total, (jnp.stack(values) if values else jnp.zeros((0,), jnp.float32))
+            total, components = reward.apply(params_row[:len(reward.param_names)], prev, action, curr)
+            padding = [(0, 0)] * (components.ndim - 1) + [(0, width - components.shape[-1])]
+            return total, jnp.pad(components, padding)
 
         return branch
 

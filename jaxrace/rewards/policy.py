@@ -1,9 +1,11 @@
 """Stages 1 and 2 of the reward compiler: parse, and an allow-list over the syntax tree.
 
-Nothing here executes the program. The checks reject what could reach the host
-(imports, dunder access, reflection, callbacks, I/O), what cannot be traced (classes,
-`try`, `while`), global mutation, and the mistakes LLMs make most (unknown names and
-fields), each with the line and a message that says how to fix it.
+Nothing here executes the program. Caps on size, nesting and attribute chains come
+before anything recursive sees the source. The checks then allow only: module level
+made of a docstring, `PARAMS`, constants and function definitions; names from the
+curated namespace or the program's own; attributes by allow-list (namespace members,
+`RaceView`/`Action` fields, a few array and container methods); `for` loops with a
+small static bound. Each refusal names the line and says how to fix it.
 """
 
 from __future__ import annotations
@@ -11,32 +13,49 @@ from __future__ import annotations
 import ast
 import dataclasses
 import difflib
+import io
 import math
+import tokenize
 
 from jaxrace.rewards.api import Action, RaceView
 from jaxrace.rewards.errors import RewardCompileError
-from jaxrace.rewards.namespace import available_names, program_namespace
+from jaxrace.rewards.namespace import Module, available_names, program_namespace
 
 MAX_SOURCE_CHARS = 50_000
+MAX_LINES = 2_000
+MAX_BRACKET_DEPTH = 40
+MAX_OPERATOR_RUN = 40
+MAX_TREE_DEPTH = 80
+MAX_ATTRIBUTE_CHAIN = 6
 MAX_PARAMS = 64
+MAX_LOOP_ITERATIONS = 256
 ENTRY = "reward"
 
 RACEVIEW_FIELDS = tuple(f.name for f in dataclasses.fields(RaceView))
 ACTION_FIELDS = tuple(f.name for f in dataclasses.fields(Action))
+# Array methods and properties, and the container methods programs use on their own lists and dicts.
+ARRAY_ATTRIBUTES = (
+    "astype", "shape", "ndim", "size", "dtype", "T", "at", "set", "add", "multiply", "divide", "get", "min", "max",
+    "sum", "mean", "prod", "clip", "reshape", "ravel", "squeeze", "round", "all", "any", "argmax", "argmin",
+    "cumsum", "std", "var",
+)
+CONTAINER_ATTRIBUTES = ("items", "keys", "values", "append", "extend", "update")
+ALLOWED_ATTRIBUTES = frozenset(RACEVIEW_FIELDS + ACTION_FIELDS + ARRAY_ATTRIBUTES + CONTAINER_ATTRIBUTES)
 
 _ALLOWED_NODES = (
     ast.Module, ast.FunctionDef, ast.arguments, ast.arg, ast.Return, ast.Assign, ast.AugAssign, ast.AnnAssign,
     ast.Expr, ast.If, ast.For, ast.Break, ast.Continue, ast.Pass, ast.Name, ast.Load, ast.Store, ast.Constant,
     ast.Attribute, ast.Subscript, ast.Slice, ast.Call, ast.keyword, ast.BinOp, ast.UnaryOp, ast.BoolOp,
-    ast.Compare, ast.IfExp, ast.Dict, ast.List, ast.Tuple, ast.Set, ast.ListComp, ast.DictComp, ast.SetComp,
-    ast.GeneratorExp, ast.comprehension, ast.Lambda, ast.Starred, ast.JoinedStr, ast.FormattedValue,
-    ast.NamedExpr, ast.operator, ast.unaryop, ast.boolop, ast.cmpop, ast.expr_context,
+    ast.Compare, ast.IfExp, ast.Dict, ast.List, ast.Tuple, ast.ListComp, ast.DictComp, ast.GeneratorExp,
+    ast.comprehension, ast.Lambda, ast.Starred, ast.NamedExpr, ast.operator, ast.unaryop, ast.boolop, ast.cmpop,
+    ast.expr_context,
 )
+_IMPORT_ADVICE = "imports are not allowed: jnp (jax.numpy), jax (lax, nn) and math are already available"
 _NODE_ADVICE = {
-    ast.Import: "imports are not allowed: jnp, jax (lax, nn) and math are already available",
-    ast.ImportFrom: "imports are not allowed: jnp, jax (lax, nn) and math are already available",
+    ast.Import: _IMPORT_ADVICE,
+    ast.ImportFrom: _IMPORT_ADVICE,
     ast.While: "`while` loops are not allowed (they may never end): vectorise with jnp, or use a `for` loop "
-               "over a fixed range",
+               "over a small fixed range",
     ast.Global: "`global` is not allowed: a reward must not change module state",
     ast.Nonlocal: "`nonlocal` is not allowed: a reward must not change outer state",
     ast.ClassDef: "classes are not allowed: use functions",
@@ -50,6 +69,9 @@ _NODE_ADVICE = {
     ast.Await: "`await` is not allowed",
     ast.Yield: "generators (`yield`) are not allowed",
     ast.YieldFrom: "generators (`yield from`) are not allowed",
+    ast.Set: "sets are not allowed (their order changes from run to run): use a tuple",
+    ast.SetComp: "set comprehensions are not allowed (their order changes from run to run): use a list",
+    ast.JoinedStr: "f-strings are not allowed: a reward computes numbers, not text",
 }
 if hasattr(ast, "TryStar"):
     _NODE_ADVICE[ast.TryStar] = _NODE_ADVICE[ast.Try]
@@ -58,21 +80,12 @@ _HOST_NAMES = {
     "open": "file access", "exec": "dynamic code", "eval": "dynamic code", "compile": "dynamic code",
     "getattr": "reflection", "setattr": "reflection", "delattr": "reflection", "hasattr": "reflection",
     "globals": "reflection", "locals": "reflection", "vars": "reflection", "dir": "reflection",
-    "type": "reflection", "object": "reflection", "super": "reflection", "__import__": "imports",
-    "input": "host input", "print": "host output", "breakpoint": "the debugger", "help": "host access",
-    "exit": "host access", "quit": "host access", "memoryview": "raw memory", "id": "reflection",
-    "classmethod": "classes", "staticmethod": "classes", "property": "classes",
-}
-_HOST_ATTRIBUTES = {
-    "format": "string formatting of objects", "format_map": "string formatting of objects",
-    "pure_callback": "host callbacks", "io_callback": "host callbacks", "callback": "host callbacks",
-    "host_callback": "host callbacks", "debug": "jax.debug (host callbacks)",
-    "experimental": "jax.experimental", "device_put": "device transfers", "device_get": "device transfers",
-    "block_until_ready": "host synchronisation", "tolist": "host values", "item": "host values",
-    "tobytes": "host values", "tofile": "file access", "addressable_data": "raw buffers",
-    "unsafe_buffer_pointer": "raw buffers", "mro": "reflection", "gi_frame": "reflection",
-    "gi_code": "reflection", "f_globals": "reflection", "f_locals": "reflection", "f_back": "reflection",
-    "f_builtins": "reflection", "tb_frame": "reflection", "cr_frame": "reflection", "ag_frame": "reflection",
+    "type": "reflection", "object": "reflection", "super": "reflection", "isinstance": "reflection",
+    "id": "reflection", "__import__": "imports", "input": "host input", "print": "host output",
+    "breakpoint": "the debugger", "help": "host access", "exit": "host access", "quit": "host access",
+    "memoryview": "raw memory", "classmethod": "classes", "staticmethod": "classes", "property": "classes",
+    "str": "text of values", "repr": "text of values", "format": "text of values", "ascii": "text of values",
+    "set": "sets (their order changes from run to run; use a tuple)", "frozenset": "sets",
 }
 _MISSING_NAME_ADVICE = {
     "np": "use jnp (jax.numpy) instead of np", "numpy": "use jnp (jax.numpy) instead of numpy",
@@ -80,15 +93,26 @@ _MISSING_NAME_ADVICE = {
     "time": "a reward must not read the clock", "os": "no host access", "sys": "no host access",
     "params": "declare PARAMS = {...} at module level and take `params` as reward's 4th argument",
 }
-_MUTATING_METHODS = frozenset({
-    "append", "extend", "insert", "pop", "remove", "clear", "update", "setdefault", "popitem", "sort",
-    "reverse", "add", "discard",
-})
+_MISSING_MEMBER_ADVICE = {
+    "pure_callback": "host callbacks", "io_callback": "host callbacks", "callback": "host callbacks",
+    "debug": "jax.debug makes host callbacks", "experimental": "jax.experimental is not available",
+    "device_put": "device transfers", "device_get": "device transfers", "jit": "the reward is jitted for you",
+    "while_loop": "unbounded loops; use a `for` loop over a small fixed range",
+    "fori_loop": "loops that may run for ever; use a `for` loop over a small fixed range",
+    "scan": "loops that may run for ever; use a `for` loop over a small fixed range",
+    "load": "file access", "save": "file access", "fromfile": "file access",
+}
+_MUTATING_METHODS = frozenset({"append", "extend", "update", "insert", "pop", "remove", "clear", "setdefault"})
+_CONSTANT_OPERATORS = (ast.Add, ast.Sub, ast.Mult, ast.Div, ast.FloorDiv, ast.Mod, ast.Pow)
 
 
 @dataclasses.dataclass(frozen=True)
 class ProgramInfo:
-    """What the policy stage learnt about a program without running it."""
+    """What the policy stage learnt about a program without running it.
+
+    `tree` is the program to execute: the parsed module with type annotations removed
+    (they are documentation; evaluating them would run code).
+    """
 
     tree: ast.Module
     entry_args: tuple[str, ...]
@@ -106,16 +130,72 @@ def suggest(word: str, options) -> str:
     return f"; did you mean '{close[0]}'?" if close else ""
 
 
-def parse_program(source: str) -> ast.Module:
-    """Stage 1: parse `source`; exactly one top-level `reward` function."""
-    if not isinstance(source, str):
-        raise RewardCompileError("parse", f"the program must be a str of Python source, not {type(source).__name__}")
+def _check_text(source: str) -> None:
+    """Caps a recursive parser cannot be trusted with: size, characters, nesting, operator runs."""
     if len(source) > MAX_SOURCE_CHARS:
         raise RewardCompileError("parse", f"the program is {len(source)} characters; at most {MAX_SOURCE_CHARS}")
+    try:
+        source.encode("utf-8")
+    except UnicodeEncodeError as e:
+        line = source.count("\n", 0, e.start) + 1
+        raise RewardCompileError("parse", f"the program contains a character that is not valid UTF-8 "
+                                 f"({source[e.start]!a})", line) from None
+    if "\x00" in source:
+        raise RewardCompileError("parse", "the program contains a NUL character", source.count("\n", 0,
+                                 source.index("\x00")) + 1)
+    if source.count("\n") > MAX_LINES:
+        raise RewardCompileError("parse", f"the program has more than {MAX_LINES} lines")
+    depth = run = dots = 0
+    try:
+        for token in tokenize.generate_tokens(io.StringIO(source).readline):
+            if token.type == tokenize.OP and token.string == ".":
+                dots += 1
+                if dots > 4 * MAX_ATTRIBUTE_CHAIN:
+                    raise RewardCompileError("parse", f"an attribute chain longer than {4 * MAX_ATTRIBUTE_CHAIN}",
+                                             token.start[0])
+            elif token.type != tokenize.NAME:
+                dots = 0
+            if token.type == tokenize.OP and token.string in "([{":
+                depth += 1
+                if depth > MAX_BRACKET_DEPTH:
+                    raise RewardCompileError("parse", f"brackets nested more than {MAX_BRACKET_DEPTH} deep",
+                                             token.start[0])
+            elif token.type == tokenize.OP and token.string in ")]}":
+                depth -= 1
+            unary = token.type == tokenize.OP and token.string in ("-", "+", "~", "*", "**")
+            run = run + 1 if unary or (token.type == tokenize.NAME and token.string == "not") else 0
+            if run > MAX_OPERATOR_RUN:
+                raise RewardCompileError("parse", f"more than {MAX_OPERATOR_RUN} operators in a row", token.start[0])
+    except (tokenize.TokenError, SyntaxError):
+        pass  # ast.parse below reports the syntax error with its line
+
+
+def _tree_depth_ok(tree: ast.AST) -> ast.AST | None:
+    """The first node deeper than MAX_TREE_DEPTH, or None (iterative: no recursion)."""
+    stack = [(tree, 0)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > MAX_TREE_DEPTH:
+            return node
+        stack.extend((child, depth + 1) for child in ast.iter_child_nodes(node))
+    return None
+
+
+def parse_program(source: str) -> ast.Module:
+    """Stage 1: caps, then parse `source`; exactly one top-level `reward` function."""
+    if not isinstance(source, str):
+        raise RewardCompileError("parse", f"the program must be a str of Python source, not {type(source).__name__}")
+    _check_text(source)
     try:
         tree = ast.parse(source, mode="exec")
     except SyntaxError as e:
         raise RewardCompileError("parse", f"syntax error: {e.msg}", e.lineno) from None
+    except (RecursionError, MemoryError, ValueError) as e:
+        raise RewardCompileError("parse", f"the program is too deeply nested to parse ({type(e).__name__})") from None
+    deep = _tree_depth_ok(tree)
+    if deep is not None:
+        raise _error("parse", f"expressions nested more than {MAX_TREE_DEPTH} deep: split them with local "
+                     "variables", deep)
     entries = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == ENTRY]
     if not entries:
         raise RewardCompileError(
@@ -134,12 +214,15 @@ def _params_literal(node: ast.Assign) -> dict[str, float]:
     for k, v in zip(node.value.keys, node.value.values, strict=True):
         if not (isinstance(k, ast.Constant) and isinstance(k.value, str)) or k.value.startswith("_"):
             raise _error("policy", "PARAMS keys must be strings that do not start with '_'", k or node)
-        value = v.operand if isinstance(v, ast.UnaryOp) and isinstance(v.op, ast.USub) else v
+        if len(k.value) > 64:
+            raise _error("policy", "PARAMS keys must be at most 64 characters", k)
+        value = v.operand if isinstance(v, ast.UnaryOp) and isinstance(v.op, ast.USub | ast.UAdd) else v
         if not (isinstance(value, ast.Constant) and type(value.value) in (int, float)):
             raise _error("policy", f'PARAMS["{k.value}"] must be a number literal', v)
-        number = float(-value.value if value is not v else value.value)
-        if not math.isfinite(number):
-            raise _error("policy", f'PARAMS["{k.value}"] must be finite', v)
+        negative = isinstance(v, ast.UnaryOp) and isinstance(v.op, ast.USub)
+        number = float(-value.value if negative else value.value)
+        if not math.isfinite(number) or abs(number) > 1e30:
+            raise _error("policy", f'PARAMS["{k.value}"] must be a finite float32 number', v)
         if k.value in params:
             raise _error("policy", f'PARAMS has "{k.value}" twice', k)
         params[k.value] = number
@@ -148,24 +231,58 @@ def _params_literal(node: ast.Assign) -> dict[str, float]:
     return params
 
 
-def _bound_names(tree: ast.Module) -> set[str]:
-    bound = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
-            bound.add(node.id)
-        elif isinstance(node, ast.FunctionDef):
-            bound.add(node.name)
-        elif isinstance(node, ast.arg):
-            bound.add(node.arg)
-    return bound
+def _is_constant(node: ast.AST, constants: set[str]) -> bool:
+    """A literal, a tuple of literals, or arithmetic on numbers and earlier module constants."""
+    if isinstance(node, ast.Constant):
+        return isinstance(node.value, int | float | str | bool | type(None))
+    if isinstance(node, ast.Name):
+        return node.id in constants
+    if isinstance(node, ast.Tuple):
+        return all(_is_constant(e, constants) for e in node.elts)
+    if isinstance(node, ast.UnaryOp):
+        return isinstance(node.op, ast.USub | ast.UAdd) and _is_constant(node.operand, constants)
+    if isinstance(node, ast.BinOp):
+        return (isinstance(node.op, _CONSTANT_OPERATORS) and _is_constant(node.left, constants)
+                and _is_constant(node.right, constants))
+    return False
 
 
-def _attribute_chain(node: ast.Attribute) -> tuple[str, list[str]] | None:
-    attrs = []
-    while isinstance(node, ast.Attribute):
-        attrs.append(node.attr)
-        node = node.value
-    return (node.id, attrs[::-1]) if isinstance(node, ast.Name) else None
+def _constant_int(node: ast.AST, int_constants: dict[str, int]) -> int | None:
+    if isinstance(node, ast.Constant) and type(node.value) is int:
+        return node.value
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        inner = _constant_int(node.operand, int_constants)
+        return None if inner is None else -inner
+    if isinstance(node, ast.Name):
+        return int_constants.get(node.id)
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add | ast.Sub | ast.Mult | ast.FloorDiv | ast.Pow):
+        left, right = _constant_int(node.left, int_constants), _constant_int(node.right, int_constants)
+        if left is None or right is None:
+            return None
+        if isinstance(node.op, ast.Pow):
+            if right < 0:
+                return None
+            return left ** right if abs(left) < 2 or right * math.log2(abs(left)) < 62 else 1 << 62
+        if isinstance(node.op, ast.FloorDiv):
+            return None if right == 0 else left // right
+        ops = {ast.Add: int.__add__, ast.Sub: int.__sub__, ast.Mult: int.__mul__}
+        return max(min(ops[type(node.op)](left, right), 1 << 62), -(1 << 62))
+    return None
+
+
+def _check_loop(node: ast.AST, iterable: ast.AST, int_constants: dict[str, int]) -> None:
+    """`range(...)` needs small constant bounds; other iterables are data that already exists."""
+    if not (isinstance(iterable, ast.Call) and isinstance(iterable.func, ast.Name) and iterable.func.id == "range"):
+        return
+    bounds = [_constant_int(a, int_constants) for a in iterable.args]
+    if iterable.keywords or not 1 <= len(bounds) <= 3 or None in bounds:
+        raise _error("policy", "a loop over range() needs constant integer bounds, e.g. `for i in range(4)`", node)
+    if len(bounds) == 3 and bounds[2] == 0:
+        raise _error("policy", "range() step must not be zero", node)
+    count = len(range(*bounds))
+    if count > MAX_LOOP_ITERATIONS:
+        raise _error("policy", f"a loop of {count} iterations; at most {MAX_LOOP_ITERATIONS} (a reward is "
+                     "unrolled when traced): vectorise with jnp instead", node)
 
 
 def _typed_args(fn: ast.FunctionDef) -> dict[str, tuple[str, tuple[str, ...]]]:
@@ -182,20 +299,31 @@ def _typed_args(fn: ast.FunctionDef) -> dict[str, tuple[str, tuple[str, ...]]]:
     return typed
 
 
-def _check_function(fn: ast.FunctionDef, module_names: set[str]) -> None:
-    if fn.decorator_list:
-        raise _error("policy", "decorators are not allowed", fn)
-    local = {a.arg for a in ast.walk(fn.args) if isinstance(a, ast.arg)}
-    local |= {n.id for n in ast.walk(fn) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+def _check_fields(fn: ast.FunctionDef) -> None:
+    """RaceView/Action fields read from arguments known to hold one exist."""
     typed = {name: kind for name, kind in _typed_args(fn).items()
              if not any(isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Store)
                         for n in ast.walk(fn))}
-    shared = module_names - local
     for node in ast.walk(fn):
         if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in typed:
             kind, fields = typed[node.value.id]
             if node.attr not in fields:
                 raise _error("policy", f"{kind} has no field '{node.attr}'{suggest(node.attr, fields)}", node)
+
+
+def _check_function(fn: ast.FunctionDef | ast.Lambda, module_names: set[str], constants: set[str]) -> None:
+    if isinstance(fn, ast.FunctionDef) and fn.decorator_list:
+        raise _error("policy", "decorators are not allowed", fn)
+    for default in fn.args.defaults + [d for d in fn.args.kw_defaults if d is not None]:
+        if not _is_constant(default, constants):
+            raise _error("policy", "default argument values must be constants (numbers, strings, tuples): a "
+                         "list or dict default would keep state between calls", default)
+    if isinstance(fn, ast.Lambda):
+        return
+    local = {a.arg for a in ast.walk(fn.args) if isinstance(a, ast.arg)}
+    local |= {n.id for n in ast.walk(fn) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+    shared = module_names - local
+    for node in ast.walk(fn):
         target = None
         if isinstance(node, ast.Subscript | ast.Attribute) and isinstance(node.ctx, ast.Store):
             target = node.value
@@ -207,22 +335,113 @@ def _check_function(fn: ast.FunctionDef, module_names: set[str]) -> None:
                          "build a new value in a local variable instead", node)
 
 
-def check_policy(tree: ast.Module) -> ProgramInfo:
-    """Stage 2: the allow-list. Returns the entry's arguments and the PARAMS defaults."""
+def _strip_annotations(tree: ast.Module) -> ast.Module:
+    """A copy of `tree` without type annotations (`x: T = v` becomes `x = v`)."""
+
+    class Strip(ast.NodeTransformer):
+        def visit_arg(self, node):
+            node.annotation = None
+            return node
+
+        def visit_FunctionDef(self, node):
+            node.returns = None
+            self.generic_visit(node)
+            return node
+
+        def visit_AnnAssign(self, node):
+            if node.value is None:
+                return None
+            return ast.copy_location(ast.Assign(targets=[node.target], value=node.value), node)
+
+    import copy
+
+    stripped = Strip().visit(copy.deepcopy(tree))
+    return ast.fix_missing_locations(stripped)
+
+
+def _annotation_nodes(tree: ast.Module) -> set[int]:
+    """ids of every node inside a type annotation (not checked: annotations never run)."""
+    roots = []
     for node in ast.walk(tree):
+        if isinstance(node, ast.arg) and node.annotation is not None:
+            roots.append(node.annotation)
+        elif isinstance(node, ast.FunctionDef) and node.returns is not None:
+            roots.append(node.returns)
+        elif isinstance(node, ast.AnnAssign):
+            roots.append(node.annotation)
+    return {id(n) for root in roots for n in ast.walk(root)}
+
+
+def _check_attribute(node: ast.Attribute, namespace: dict, bound: set[str], available: frozenset[str]) -> None:
+    chain, root = [], node
+    while isinstance(root, ast.Attribute):
+        chain.append(root.attr)
+        root = root.value
+    chain.reverse()
+    if len(chain) > MAX_ATTRIBUTE_CHAIN:
+        raise _error("policy", f"an attribute chain of {len(chain)} (`.{'.'.join(chain[:3])}...`); at most "
+                     f"{MAX_ATTRIBUTE_CHAIN}", node)
+    if isinstance(root, ast.Name) and root.id not in available and root.id not in bound:
+        return  # the unknown name itself is reported
+    obj, path = None, None
+    if isinstance(root, ast.Name) and root.id in ("jnp", "jax", "lax", "math") and root.id not in bound:
+        obj, path = namespace[root.id], root.id
+    for attr in chain:
+        if attr.startswith("_"):
+            raise _error("policy", f"attributes starting with '_' are not allowed (`.{attr}`)", node)
+        if isinstance(obj, Module):
+            if not hasattr(obj, attr):
+                why = f" ({_MISSING_MEMBER_ADVICE[attr]})" if attr in _MISSING_MEMBER_ADVICE else ""
+                raise _error("policy", f"`{path}.{attr}` is not available to reward programs{why}"
+                             f"{suggest(attr, vars(obj))}", node)
+            obj, path = getattr(obj, attr), f"{path}.{attr}"
+            continue
+        if attr not in ALLOWED_ATTRIBUTES:
+            where = f"`{path}.{attr}`" if path else f"`.{attr}`"
+            raise _error("policy", f"{where} is not allowed: a reward may read RaceView and Action fields, call "
+                         "jnp/jax/lax/math functions, and use the array methods "
+                         f"{', '.join(ARRAY_ATTRIBUTES[:8])}, ...{suggest(attr, ALLOWED_ATTRIBUTES)}", node)
+        obj, path = None, None
+
+
+def check_policy(tree: ast.Module) -> ProgramInfo:
+    """Stage 2: the allow-list. Returns the entry's arguments, the PARAMS defaults, the tree to run."""
+    annotations = _annotation_nodes(tree)
+    for node in ast.walk(tree):
+        if id(node) in annotations:
+            continue
         advice = _NODE_ADVICE.get(type(node))
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            modules = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+            if any(m.split(".")[0] == "numpy" for m in modules):
+                advice = "`import numpy` is not allowed: use jnp (jax.numpy), already imported"
         if advice is not None:
             raise _error("policy", advice, node)
         if not isinstance(node, _ALLOWED_NODES):
             raise _error("policy", f"`{type(node).__name__}` syntax is not allowed in a reward program", node)
 
-    available = available_names()
-    bound = _bound_names(tree)
-    namespace = program_namespace()
     for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef):
+            _check_fields(node)
+
+    available = available_names()
+    bound = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+    bound |= {n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)}
+    bound |= {n.arg for n in ast.walk(tree) if isinstance(n, ast.arg)}
+    namespace = program_namespace()
+    chained = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
+    # Left to right, inner chains first, so the first attribute a reader meets is the one reported.
+    order = lambda n: (getattr(n, "lineno", 0), getattr(n, "col_offset", 0), getattr(n, "end_lineno", 0),  # noqa: E731
+                       getattr(n, "end_col_offset", 0))
+    for node in sorted(ast.walk(tree), key=order):
+        if id(node) in annotations:
+            continue
+        if isinstance(node, ast.Name | ast.FunctionDef | ast.arg):
+            name = node.id if isinstance(node, ast.Name) else node.name if isinstance(node, ast.FunctionDef) \
+                else node.arg
+            if name.startswith("__"):
+                raise _error("policy", f"names starting with '__' are not allowed (`{name}`)", node)
         if isinstance(node, ast.Name):
-            if node.id.startswith("_"):
-                raise _error("policy", f"names starting with '_' are not allowed (`{node.id}`)", node)
             if node.id in _HOST_NAMES and node.id not in bound:
                 raise _error("policy", f"`{node.id}` is not allowed in a reward program ({_HOST_NAMES[node.id]})",
                              node)
@@ -230,26 +449,17 @@ def check_policy(tree: ast.Module) -> ProgramInfo:
                 advice = _MISSING_NAME_ADVICE.get(node.id, "only jnp, jax, lax, math and your own names exist")
                 raise _error("policy", f"name '{node.id}' is not defined: {advice}", node)
         elif isinstance(node, ast.Attribute):
-            if node.attr.startswith("_"):
-                raise _error("policy", f"attributes starting with '_' are not allowed (`.{node.attr}`)", node)
-            if node.attr in _HOST_ATTRIBUTES:
-                raise _error("policy", f"`.{node.attr}` is not allowed in a reward program "
-                             f"({_HOST_ATTRIBUTES[node.attr]})", node)
             if isinstance(node.ctx, ast.Store):
                 raise _error("policy", "assigning to attributes is not allowed", node)
-            chain = _attribute_chain(node)
-            if chain and chain[0] in ("jnp", "jax", "lax", "math") and chain[0] not in bound:
-                obj, path = namespace[chain[0]], chain[0]
-                for attr in chain[1]:
-                    if not hasattr(obj, attr):
-                        options = [n for n in vars(obj) if not n.startswith("_")] if hasattr(obj, "__dict__") else []
-                        raise _error("policy", f"`{path}.{attr}` is not available to reward programs"
-                                     f"{suggest(attr, options)}", node)
-                    obj, path = getattr(obj, attr), f"{path}.{attr}"
+            if id(node) not in chained:  # check each chain once, from its outermost attribute
+                _check_attribute(node, namespace, bound, available)
         elif isinstance(node, ast.Constant) and isinstance(node.value, bytes):
             raise _error("policy", "bytes literals are not allowed", node)
+        elif (isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod) and isinstance(node.left, ast.Constant)
+              and isinstance(node.left.value, str)):
+            raise _error("policy", "string formatting with % is not allowed: a reward computes numbers", node)
 
-    module_names = set()
+    module_names, constants, int_constants = set(), set(), {}
     params, params_node = {}, None
     for node in tree.body:
         if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
@@ -260,8 +470,8 @@ def check_policy(tree: ast.Module) -> ProgramInfo:
         if isinstance(node, ast.Assign | ast.AnnAssign):
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
             names = [t.id for t in targets if isinstance(t, ast.Name)]
-            if len(names) != len(targets):
-                raise _error("policy", "module-level assignments must be to plain names", node)
+            if len(names) != len(targets) or node.value is None:
+                raise _error("policy", "module-level assignments must give plain names a value", node)
             module_names.update(names)
             if "PARAMS" in names:
                 if params_node is not None:
@@ -269,13 +479,26 @@ def check_policy(tree: ast.Module) -> ProgramInfo:
                 if not isinstance(node, ast.Assign) or len(names) != 1:
                     raise _error("policy", 'declare PARAMS as PARAMS = {"name": number, ...}', node)
                 params, params_node = _params_literal(node), node
+                continue
+            if not _is_constant(node.value, constants):
+                raise _error("policy", "module-level values must be constants (numbers, strings, tuples of them, "
+                             "arithmetic on those): no calls, lists, dicts or attribute access; compute inside "
+                             "a function", node)
+            constants.update(names)
+            value = _constant_int(node.value, int_constants)
+            if value is not None:
+                int_constants.update(dict.fromkeys(names, value))
             continue
         raise _error("policy", "only functions, constants, PARAMS and a docstring are allowed at module level",
                      node)
 
     for node in ast.walk(tree):
-        if isinstance(node, ast.FunctionDef):
-            _check_function(node, module_names)
+        if isinstance(node, ast.FunctionDef | ast.Lambda):
+            _check_function(node, module_names, constants)
+        elif isinstance(node, ast.For):
+            _check_loop(node, node.iter, int_constants)
+        elif isinstance(node, ast.comprehension):
+            _check_loop(node.iter, node.iter, int_constants)
 
     entry = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == ENTRY)
     a = entry.args
@@ -294,5 +517,5 @@ def check_policy(tree: ast.Module) -> ProgramInfo:
     if params_node is not None and not takes_params:
         raise _error("policy", "PARAMS is declared but reward() has no `params` argument: write "
                      "`def reward(prev, action, curr, params)` and read weights as params[\"name\"]", entry)
-    return ProgramInfo(tree=tree, entry_args=tuple(x.arg for x in a.args), takes_params=takes_params,
-                       params=params)
+    return ProgramInfo(tree=_strip_annotations(tree), entry_args=tuple(x.arg for x in a.args),
+                       takes_params=takes_params, params=params)

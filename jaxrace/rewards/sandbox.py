@@ -1,76 +1,78 @@
-"""Stages 3-5 of the reward compiler in a subprocess with a time and a memory limit.
+"""The caller's side of the reward sandbox: one worker process, started on first use.
 
-One worker process (started on first use, reused, restarted after a failure) runs the
-program's module code, traces it and runs it jitted and vmapped on the synthetic batch.
-An infinite loop, a runaway recursion in C, or a 100 GB allocation then kills or stalls
-the worker, not the caller: the caller gets a `RewardCompileError` naming the stage.
+`build_in_sandbox(source)` sends a program to the worker (`jaxrace.rewards.worker`),
+which builds it in a fresh forked child with time, CPU, memory and file-size limits,
+and returns the exported artifact's bytes. This process never executes the source.
 
-Limits: wall-clock `timeout_s` per program (after the worker is up) and `memory_gib` of
-address space (RLIMIT_AS; Linux enforces it, macOS does not). The worker runs JAX on the
-CPU only, so it never takes a GPU from the caller.
+The worker starts with a minimal environment (no API keys, no proxies; `HOME` and
+`TMPDIR` point at its private directory) and confines itself as strongly as the kernel
+allows; `isolation()` says how, and a warning names anything it could not do. Host-side
+Python: no JAX runs here.
 """
 
 from __future__ import annotations
 
 import atexit
+import base64
 import json
 import os
 import selectors
+import shutil
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+import warnings
 
-DEFAULT_TIMEOUT_S = 60.0
+DEFAULT_TIMEOUT_S = 20.0
 DEFAULT_MEMORY_GIB = 6.0
 STARTUP_TIMEOUT_S = 120.0
+REPLY_MARGIN_S = 15.0  # the worker enforces the time limit; this only catches a worker that hangs
+_ENV_KEPT = ("PATH", "LANG", "LC_ALL", "PYTHONPATH", "SYSTEMROOT")
 
 
 class _Worker:
-    def __init__(self, memory_gib: float):
-        self.memory_gib = memory_gib
+    def __init__(self):
+        self.dir = tempfile.mkdtemp(prefix="jaxrace-reward-sandbox-")
         self.stderr = tempfile.TemporaryFile()
-        env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
-        # One CPU thread for XLA and two malloc arenas: validation runs on 64 transitions,
-        # and a small address-space footprint keeps the memory limit meaningful on
-        # machines with many cores (each thread's arena reserves address space).
-        env.update(JAX_PLATFORMS="cpu", TF_CPP_MIN_LOG_LEVEL="3", PYTHONUNBUFFERED="1", MALLOC_ARENA_MAX="2",
-                   XLA_FLAGS="--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1")
-        # The worker sets its own memory limit first thing (a preexec_fn would fork a
-        # multithreaded JAX process).
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "jaxrace.rewards.sandbox", str(memory_gib)], stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE, stderr=self.stderr, env=env, close_fds=True)
+        env = {k: os.environ[k] for k in _ENV_KEPT if k in os.environ}
+        # One XLA thread, one BLAS thread and two malloc arenas: programs run on a few
+        # transitions, the server must stay single-threaded to fork, and a small
+        # address-space footprint keeps the memory limit meaningful on many-core machines.
+        env.update(HOME=self.dir, TMPDIR=self.dir, JAX_PLATFORMS="cpu", TF_CPP_MIN_LOG_LEVEL="3",
+                   PYTHONUNBUFFERED="1", PYTHONDONTWRITEBYTECODE="1", MALLOC_ARENA_MAX="2", OPENBLAS_NUM_THREADS="1",
+                   OMP_NUM_THREADS="1", XLA_FLAGS="--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1")
+        self.proc = subprocess.Popen([sys.executable, "-m", "jaxrace.rewards.worker", self.dir],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr, env=env,
+                                     cwd=self.dir, close_fds=True)
         self.selector = selectors.DefaultSelector()
         self.selector.register(self.proc.stdout, selectors.EVENT_READ)
         self.buffer = b""
-        message, _ = self.read(time.monotonic() + STARTUP_TIMEOUT_S, "execute")
-        if message is None or not message.get("ready"):
+        ready = self.read(time.monotonic() + STARTUP_TIMEOUT_S)
+        if ready is None or not ready.get("ready"):
             self.close()
             raise RuntimeError(f"the reward sandbox did not start: {self.stderr_tail()}")
+        self.isolation = tuple(ready["isolation"])
+        for warning in ready["warnings"]:
+            warnings.warn(f"reward sandbox: {warning}", RuntimeWarning, stacklevel=4)
 
     def stderr_tail(self) -> str:
         self.stderr.seek(0)
         return self.stderr.read().decode(errors="replace")[-800:]
 
-    def read(self, deadline: float, stage: str) -> tuple[dict | None, str]:
-        """The next message, or None on timeout or exit; also the last stage reported."""
-        while True:
-            if b"\n" in self.buffer:
-                line, self.buffer = self.buffer.split(b"\n", 1)
-                message = json.loads(line)
-                if "stage" in message and len(message) == 1:
-                    stage = message["stage"]
-                    continue
-                return message, stage
+    def read(self, deadline: float) -> dict | None:
+        """The next message, or None on timeout or exit."""
+        while b"\n" not in self.buffer:
             remaining = deadline - time.monotonic()
             if remaining <= 0 or not self.selector.select(timeout=remaining):
-                return None, stage
-            chunk = os.read(self.proc.stdout.fileno(), 1 << 16)
+                return None
+            chunk = os.read(self.proc.stdout.fileno(), 1 << 20)
             if not chunk:
-                return None, stage
+                return None
             self.buffer += chunk
+        line, self.buffer = self.buffer.split(b"\n", 1)
+        return json.loads(line)
 
     def close(self):
         if self.proc.poll() is None:
@@ -78,6 +80,7 @@ class _Worker:
         self.proc.wait()
         self.selector.close()
         self.stderr.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
 
 
 _worker: _Worker | None = None
@@ -94,89 +97,57 @@ def _shutdown():
 atexit.register(_shutdown)
 
 
-def check_in_sandbox(source: str, *, timeout_s: float | None = None, memory_gib: float | None = None) -> dict:
-    """Run stages 1-5 on `source` in the sandbox worker.
+def _started() -> _Worker:
+    global _worker
+    if _worker is not None and _worker.proc.poll() is not None:
+        _shutdown()
+    if _worker is None:
+        _worker = _Worker()
+    return _worker
+
+
+def isolation() -> tuple[str, ...]:
+    """How the worker is confined on this machine (starts it if needed)."""
+    with _lock:
+        return _started().isolation
+
+
+def build_in_sandbox(source: str, *, limits: dict | None = None, timeout_s: float | None = None,
+                     memory_gib: float | None = None) -> bytes:
+    """Build `source` into a reward artifact in the sandbox worker.
+
+    Args:
+        source: the reward program.
+        limits: fields of `jaxrace.rewards.build.Limits` to override.
+        timeout_s: wall-clock and CPU-time limit for the program (default 20 s).
+        memory_gib: address-space limit of the child that builds it (default 6 GiB).
 
     Returns:
-        {"components": [names], "params": {name: default}}.
+        The artifact's bytes (`RewardArtifact.from_bytes` reads them).
 
     Raises:
-        RewardCompileError: the program failed a stage, ran past `timeout_s`, or killed
-            the worker (for example by exhausting `memory_gib`).
+        RewardCompileError: the program failed a stage, ran out of time, or crashed.
     """
     from jaxrace.rewards.errors import RewardCompileError
 
-    global _worker
-    timeout_s = DEFAULT_TIMEOUT_S if timeout_s is None else timeout_s
-    memory_gib = DEFAULT_MEMORY_GIB if memory_gib is None else memory_gib
+    timeout_s = DEFAULT_TIMEOUT_S if timeout_s is None else float(timeout_s)
+    memory_gib = DEFAULT_MEMORY_GIB if memory_gib is None else float(memory_gib)
+    request = {"source": source, "limits": limits or {}, "timeout_s": timeout_s,
+               "memory_bytes": int(memory_gib * (1 << 30))}
     with _lock:
-        if _worker is not None and (_worker.proc.poll() is not None or _worker.memory_gib != memory_gib):
+        worker = _started()
+        try:
+            worker.proc.stdin.write(json.dumps(request).encode() + b"\n")
+            worker.proc.stdin.flush()
+        except BrokenPipeError:
             _shutdown()
-        if _worker is None:
-            _worker = _Worker(memory_gib)
-        worker = _worker
-        worker.proc.stdin.write(json.dumps({"source": source}).encode() + b"\n")
-        worker.proc.stdin.flush()
-        message, stage = worker.read(time.monotonic() + timeout_s, "execute")
-        if message is None:
-            alive = worker.proc.poll() is None
+            raise RewardCompileError("execute", "the sandbox worker died before the program was sent") from None
+        message = worker.read(time.monotonic() + timeout_s + REPLY_MARGIN_S)
+        if message is None or "fatal" in message:
+            detail = message["fatal"] if message else f"no reply ({worker.stderr_tail()[-300:]})"
             _shutdown()
-            if alive:
-                raise RewardCompileError(stage, f"timed out after {timeout_s:g} s (an unbounded loop, a huge "
-                                         "computation or deep recursion?); a reward must be quick to trace")
-            raise RewardCompileError(stage, "the program crashed the sandbox process (exit code "
-                                     f"{worker.proc.returncode}), most likely by exceeding the "
-                                     f"{memory_gib:g} GiB memory limit; a reward works on scalars")
+            raise RewardCompileError("execute", f"the sandbox worker failed: {detail}")
     if "error" in message:
         e = message["error"]
-        raise RewardCompileError(e["stage"], e["message"], e.get("lineno"))
-    return message
-
-
-def _limit_memory(memory_gib: float) -> None:
-    try:
-        import resource
-
-        limit = int(memory_gib * (1 << 30))
-        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-    except (ImportError, ValueError, OSError):
-        pass  # not enforceable on this platform; the time limit still holds
-
-
-def _serve(memory_gib: float) -> None:
-    """The worker's loop: one JSON request per line on stdin, replies on the original stdout."""
-    _limit_memory(memory_gib)
-    reply = os.fdopen(os.dup(1), "w", buffering=1)
-    os.dup2(2, 1)  # anything else printed to stdout cannot corrupt the replies
-
-    def send(message):
-        reply.write(json.dumps(message) + "\n")
-        reply.flush()
-
-    from jaxrace.rewards.compiler import execute_program, trace_and_validate
-    from jaxrace.rewards.errors import RewardCompileError
-    from jaxrace.rewards.policy import check_policy, parse_program
-    from jaxrace.rewards.synthetic import synthetic_batch
-
-    synthetic_batch()  # warm up JAX before reporting ready, so timeouts measure the program only
-    send({"ready": True})
-    for line in sys.stdin:
-        source = json.loads(line)["source"]
-        stage = "parse"
-        try:
-            info = check_policy(parse_program(source))
-            stage = "execute"
-            send({"stage": stage})
-            fn = execute_program(source, info)
-            stage = "trace"
-            send({"stage": stage})
-            names = trace_and_validate(source, info, fn)
-            send({"components": list(names), "params": info.params})
-        except RewardCompileError as e:
-            send({"error": e.to_dict()})
-        except BaseException as e:  # noqa: BLE001 (a report, whatever the program did)
-            send({"error": {"stage": stage, "message": f"{type(e).__name__}: {e}"[:400], "lineno": None}})
-
-
-if __name__ == "__main__":
-    _serve(float(sys.argv[1]))
+        raise RewardCompileError(e["stage"] or "execute", e["message"], e.get("lineno"))
+    return base64.b64decode(message["artifact"])

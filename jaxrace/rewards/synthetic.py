@@ -7,16 +7,10 @@ car is at rest" rather than "inf at index 3".
 
 from __future__ import annotations
 
-import dataclasses
-
 import jax.numpy as jnp
 import numpy as np
 
-from jaxrace.rewards.api import NO_GAP, Action, RaceView
-
-_INT_FIELDS = ("rank", "start_rank", "num_cars", "laps")
-_BOOL_FIELDS = ("off_course", "on_kerb", "wall_contact", "hit_from_behind", "hit_other_from_behind",
-                "side_contact", "finished")
+from jaxrace.rewards.api import NO_GAP, Action, RaceView, field_dtypes
 
 _BASE = dict(
     progress=1234.5, lap_progress=0.3, speed=45.0, longitudinal_accel=2.0, lateral_accel=5.0,
@@ -62,6 +56,31 @@ _CASES = (
 )
 NUM_RANDOM = 50
 
+# Cases at and beyond the documented range of every field. A reward must stay finite on
+# them (arcsin(lateral_accel / 25), sqrt(reference_speed - 20), log(edge_margin + 7),
+# exp(speed) and float16 arithmetic do not); their magnitude is not checked.
+_EXTREME_CASES = (
+    ("very fast with extreme accelerations (speed 150 m/s, lateral_accel 60, longitudinal_accel -60)",
+     dict(speed=140.0), dict(speed=150.0, lateral_accel=60.0, longitudinal_accel=-60.0, tyre_slip=1.5), (1.0, 1.0)),
+    ("extreme accelerations the other way (lateral_accel -60, longitudinal_accel 40)",
+     {}, dict(lateral_accel=-60.0, longitudinal_accel=40.0, heading_error=-float(np.pi)), (-1.0, -1.0)),
+    ("far off course (lateral_offset 200 m, edge_margin -190 m)",
+     dict(lateral_offset=195.0, edge_margin=-185.0, off_course=True),
+     dict(lateral_offset=200.0, edge_margin=-190.0, off_course=True, on_kerb=False), (0.0, 0.5)),
+    ("far off course on the other side (lateral_offset -200 m, edge_margin -190 m)",
+     {}, dict(lateral_offset=-200.0, edge_margin=-190.0, off_course=True), (0.0, 0.5)),
+    ("after many laps (progress 1e6 m, laps 200, time 40000 s)",
+     dict(progress=999_990.0, laps=200, time=39_999.9), dict(progress=1_000_000.0, laps=200, time=40_000.0,
+                                                           lap_time=200.0, last_lap_time=190.0), (0.0, 1.0)),
+    ("reference speed near zero (0.5 m/s)", dict(reference_speed=0.5), dict(reference_speed=0.5, speed=3.0),
+     (0.0, 0.2)),
+    ("a very slow lap (lap_time and last_lap_time 1000 s)", {}, dict(lap_time=1000.0, last_lap_time=1000.0),
+     (0.0, 0.1)),
+    ("far behind the start line (progress -500 m)", dict(progress=-505.0), dict(progress=-500.0, laps=0,
+                                                                                 last_lap_time=0.0), (0.0, 1.0)),
+    ("huge gaps (gap_ahead and gap_behind 5000 m)", {}, dict(gap_ahead=5000.0, gap_behind=5000.0), (0.0, 1.0)),
+)
+
 
 def _random_state(rng: np.random.Generator) -> dict:
     num_cars = int(rng.integers(1, 9))
@@ -84,23 +103,36 @@ def _random_state(rng: np.random.Generator) -> dict:
 
 
 def _stack(rows: list[dict]) -> RaceView:
-    def column(name):
-        dtype = jnp.int32 if name in _INT_FIELDS else (jnp.bool_ if name in _BOOL_FIELDS else jnp.float32)
-        return jnp.asarray(np.array([r[name] for r in rows]), dtype=dtype)
-
-    return RaceView(**{f.name: column(f.name) for f in dataclasses.fields(RaceView)})
+    return RaceView(**{k: jnp.asarray(np.array([r[k] for r in rows]), dtype=d)
+                       for k, d in field_dtypes(RaceView).items()})
 
 
-def synthetic_batch() -> tuple[RaceView, Action, RaceView, tuple[str, ...]]:
-    """(prev, action, curr, case names): B transitions, every field with leading axis B."""
-    rng = np.random.default_rng(20261122)
+def _case_rows(cases) -> tuple[list, list, list, list]:
     prevs, currs, actions, names = [], [], [], []
-    for name, prev_changes, curr_changes, action in _CASES:
+    for name, prev_changes, curr_changes, action in cases:
         prev = {k: v + _PREV_DELTA[k] if k in _PREV_DELTA else v for k, v in _BASE.items()}
         prevs.append({**prev, **prev_changes})
         currs.append({**_BASE, **curr_changes})
         actions.append(action)
         names.append(name)
+    return prevs, currs, actions, names
+
+
+def _batch(prevs, currs, actions, names) -> tuple[RaceView, Action, RaceView, tuple[str, ...]]:
+    action = Action(steering=jnp.asarray([a[0] for a in actions], jnp.float32),
+                    throttle_brake=jnp.asarray([a[1] for a in actions], jnp.float32))
+    return _stack(prevs), action, _stack(currs), tuple(names)
+
+
+def extreme_batch() -> tuple[RaceView, Action, RaceView, tuple[str, ...]]:
+    """(prev, action, curr, case names): transitions at and beyond the documented ranges."""
+    return _batch(*_case_rows(_EXTREME_CASES))
+
+
+def synthetic_batch() -> tuple[RaceView, Action, RaceView, tuple[str, ...]]:
+    """(prev, action, curr, case names): B ordinary transitions, every field with leading axis B."""
+    rng = np.random.default_rng(20261122)
+    prevs, currs, actions, names = _case_rows(_CASES)
     for _ in range(NUM_RANDOM):
         curr = _random_state(rng)
         prev = {**curr, "progress": curr["progress"] - curr["speed"] * 0.1 * float(rng.uniform(0.8, 1.1)),
@@ -110,6 +142,4 @@ def synthetic_batch() -> tuple[RaceView, Action, RaceView, tuple[str, ...]]:
         currs.append(curr)
         actions.append(tuple(rng.uniform(-1, 1, 2)))
         names.append("random mid-race state")
-    action = Action(steering=jnp.asarray([a[0] for a in actions], jnp.float32),
-                    throttle_brake=jnp.asarray([a[1] for a in actions], jnp.float32))
-    return _stack(prevs), action, _stack(currs), tuple(names)
+    return _batch(prevs, currs, actions, names)

@@ -9,11 +9,16 @@ import jaxrace
 from jaxrace.agents.trainer import HParams, TrainConfig, make_train, train_many
 from jaxrace.rewards import RewardBank, compile_reward, library_reward
 
+# Within the compiler's magnitude limit at its default weight; a run given scale 1e9 diverges.
 EXPLODING = '''
-def reward(prev, action, curr):
+PARAMS = {"scale": 1.0}
+
+
+def reward(prev, action, curr, params):
     progress = curr.progress - prev.progress
-    return 1e9 * progress, {"progress": progress}
+    return params["scale"] * progress, {"progress": progress}
 '''
+EXPLODE = HParams(reward_params=jnp.asarray([[0.0], [1e9]], jnp.float32))
 
 
 def small_setup():
@@ -60,7 +65,7 @@ def test_vmapped_runs_differ_by_seed_and_match_the_unvmapped_run(trainer):
 
 def test_a_failing_candidate_is_frozen_and_does_not_touch_the_others(trainer):
     key = jax.random.key(1)
-    with_bad, m_bad, _ = train_many(trainer, key, [0, 1], chunk_epochs=2)
+    with_bad, m_bad, _ = train_many(trainer, key, [0, 1], hparams=EXPLODE, chunk_epochs=2)
     without, m_good, _ = train_many(trainer, key, [0, 0], chunk_epochs=2)
     assert bool(m_bad.failed[1, -1]) and not bool(m_bad.failed[0, -1])
     # Run 0 is bit-for-bit what it is when the other run is healthy.

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from race_views import action, view
 
-import jaxrace.rewards.compiler as compiler
+import jaxrace.rewards.build as build
 import jaxrace.rewards.sandbox as sandbox
 from jaxrace.rewards import CompiledReward, RewardCompileError, compile_reward
 from jaxrace.rewards.synthetic import synthetic_batch
@@ -89,14 +89,14 @@ def nothing_runs(monkeypatch):
     def forbidden(*args, **kwargs):
         raise AssertionError("the program was executed")
 
-    monkeypatch.setattr(sandbox, "check_in_sandbox", forbidden)
-    monkeypatch.setattr(compiler, "execute_program", forbidden)
+    monkeypatch.setattr(sandbox, "build_in_sandbox", forbidden)
+    monkeypatch.setattr(build, "execute_program", forbidden)
 
 
 HOSTILE_STATIC = {
     "import": ("import os\n" + program("return curr.speed, {}"), "parse|policy", "imports are not allowed"),
     "from import": ("from os import system\n" + program("return curr.speed, {}"), "policy", "imports"),
-    "__import__": (program("os = __import__('os')\nreturn curr.speed, {}"), "policy", "'_'"),
+    "__import__": (program("os = __import__('os')\nreturn curr.speed, {}"), "policy", "'__'"),
     "dunder escape": (program("k = ().__class__.__bases__[0].__subclasses__()\nreturn curr.speed, {}"), "policy",
                       "'_'"),
     "getattr trick": (program("k = getattr(curr, '__cla' + 'ss__')\nreturn curr.speed, {}"), "policy",
@@ -104,12 +104,12 @@ HOSTILE_STATIC = {
     "format attribute": (program("s = '{0.__class__}'.format(curr)\nreturn curr.speed, {}"), "policy", "format"),
     "format_map": (program("s = '{x.__class__}'.format_map({'x': curr})\nreturn curr.speed, {}"), "policy",
                    "format_map"),
-    "f-string dunder": (program("s = f'{curr.__class__}'\nreturn curr.speed, {}"), "policy", "'_'"),
+    "f-string dunder": (program("s = f'{curr.__class__}'\nreturn curr.speed, {}"), "policy", "f-strings"),
     "pure_callback": (program("x = jax.pure_callback(lambda v: v, curr.speed, curr.speed)\nreturn x, {}"),
                       "policy", "host callbacks"),
     "jax.debug": (program("jax.debug.print('{}', curr.speed)\nreturn curr.speed, {}"), "policy", "debug"),
     "io_callback": (program("x = jax.experimental.io_callback(print, None)\nreturn curr.speed, {}"), "policy",
-                    "host callbacks"),
+                    "jax.experimental"),
     "open": (program("open('/tmp/jaxrace_pwned', 'w')\nreturn curr.speed, {}"), "policy", "file access"),
     "eval": (program("x = eval('1 + 1')\nreturn curr.speed, {}"), "policy", "dynamic code"),
     "exec": (program("exec('x = 1')\nreturn curr.speed, {}"), "policy", "dynamic code"),
@@ -121,9 +121,9 @@ HOSTILE_STATIC = {
     "while": (program("while True:\n    pass\nreturn curr.speed, {}"), "policy", "while"),
     "global": ("X = 1.0\n" + program("global X\nX = 2.0\nreturn curr.speed, {}"), "policy", "global"),
     "global mutation": ("CACHE = []\n" + program("CACHE.append(curr.speed)\nreturn curr.speed, {}"), "policy",
-                        "module state"),
+                        "must be constants"),
     "global item mutation": ('STATE = {"n": 0.0}\n' + program('STATE["n"] = curr.speed\nreturn curr.speed, {}'),
-                             "policy", "module state"),
+                             "policy", "must be constants"),
     "attribute assignment": (program("jnp.where = None\nreturn curr.speed, {}"), "policy", "attributes"),
     "class": ("class A:\n    pass\n" + program("return curr.speed, {}"), "policy", "classes"),
     "try": (program("try:\n    x = 1\nexcept Exception:\n    x = 2\nreturn curr.speed, {}"), "policy", "try"),
@@ -150,30 +150,37 @@ def test_hostile_programs_are_rejected_before_anything_runs(case, nothing_runs, 
     assert not os.path.exists("/tmp/jaxrace_pwned")
 
 
-def test_an_infinite_loop_at_trace_time_times_out_in_the_sandbox():
-    src = program("x = curr.speed\nfor i in range(10 ** 12):\n    x = x + 1.0\nreturn x, {}")
-    with pytest.raises(RewardCompileError, match="timed out") as info:
-        compile_reward(src, timeout_s=3)
+def test_a_program_that_traces_for_ever_is_stopped_by_the_cpu_or_time_limit():
+    # Each loop passes the policy (256 iterations); nested, they unroll 16.7 million steps.
+    loops = "x = curr.speed\nfor i in range(256):\n    for j in range(256):\n        for k in range(256):\n" \
+            "            x = x + 1.0\nreturn x, {}"
+    with pytest.raises(RewardCompileError, match="SIGXCPU|timed out") as info:
+        compile_reward(program(loops), timeout_s=2)
     assert info.value.stage == "trace"
-    # The sandbox was restarted and works for the next program.
+    # The worker forks a fresh child per program, so the next program is unaffected.
     assert compile_reward(program("return curr.speed * 3.0, {}")).component_names == ()
 
 
-def test_an_endless_module_level_computation_times_out_at_execute():
-    src = "X = sum(range(10 ** 13))\n" + program("return curr.speed, {}")
-    with pytest.raises(RewardCompileError, match="timed out") as info:
-        compile_reward(src, timeout_s=3)
+def test_an_endless_module_level_computation_is_stopped_at_execute():
+    src = "X = 10 ** 10 ** 10\n" + program("return curr.speed, {}")
+    with pytest.raises(RewardCompileError, match="SIGXCPU|timed out") as info:
+        compile_reward(src, timeout_s=2)
     assert info.value.stage == "execute"
 
 
-@pytest.mark.parametrize("src, stage", [
-    (program("z = jnp.ones((100000, 100000)) * curr.speed\nreturn jnp.sort(z.ravel())[0], {}"), "trace"),
-    ("BIG = [0.0] * (10 ** 11)\n" + program("return curr.speed, {}"), "execute"),
-])
-def test_huge_allocations_fail_in_the_sandbox_not_the_caller(src, stage):
+def test_a_huge_allocation_fails_in_the_sandbox_not_the_caller():
+    src = program("z = jnp.ones((20000, 20000)) * curr.speed\nreturn jnp.sort(z.ravel())[0], {}")
     with pytest.raises(RewardCompileError, match="memory") as info:
         compile_reward(src, memory_gib=4)
-    assert info.value.stage == stage
+    assert info.value.stage == "validate"
+
+
+def test_temporary_memory_is_bounded_at_the_training_batch_size():
+    src = program("z = jnp.sort(jnp.arange(2048.0) * curr.speed)\nreturn z[0] + z[-1], {}")
+    with pytest.raises(RewardCompileError, match="MiB of temporary memory for a batch of 65536") as info:
+        compile_reward(src)
+    assert info.value.stage == "validate"
+    assert compile_reward(src, max_temp_mib=4096).component_names == ()
 
 
 def test_recursion_is_reported():
@@ -239,7 +246,7 @@ def test_one_bad_program_does_not_affect_another():
     with pytest.raises(RewardCompileError):
         compile_reward(program("return 1.0 / curr.speed, {}"))
     with pytest.raises(RewardCompileError):
-        compile_reward("X = sum(range(10 ** 13))\n" + program("return curr.speed, {}"), timeout_s=2)
+        compile_reward("X = 10 ** 10 ** 10\n" + program("return curr.speed, {}"), timeout_s=2)
     again = compile_reward(GOOD, name="g2")
     t1, _ = good(view(), action(), view(progress=110.0))
     t2, _ = again(view(), action(), view(progress=110.0))
@@ -253,14 +260,12 @@ def test_programs_do_not_share_module_state():
     assert float(b(view(), action(), view(speed=3.0))[0]) == 6.0
 
 
-def test_sandbox_and_in_process_stages_agree():
+def test_the_build_is_deterministic_the_worker_and_a_fresh_build_export_the_same_bytes():
     src = GOOD.replace("w_slip\": 2.0", "w_slip\": 3.0")
-    a = compile_reward(src, name="sandboxed")
-    b = compile_reward(src, name="in-process", sandbox=False)
-    assert a.component_names == b.component_names and a.params == b.params
-    with pytest.raises(RewardCompileError) as info:
-        compile_reward(program("return 1.0 / curr.speed, {}"), sandbox=False)
-    assert info.value.stage == "validate"
+    in_worker = compile_reward(src, name="sandboxed").artifact
+    here = build.build_artifact(src)  # trusted source: the test may execute it
+    assert in_worker.forward == here.forward and in_worker.weights_vjp == here.weights_vjp
+    assert in_worker.component_names == here.component_names and in_worker.params == here.params
 
 
 def test_non_string_source_is_rejected():

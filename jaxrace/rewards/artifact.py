@@ -1,0 +1,193 @@
+"""A compiled reward as data: exported StableHLO that the caller runs without its source.
+
+The sandbox worker traces a program and exports two functions with `jax.export`, both
+over a symbolic batch `b` of transitions (every `RaceView` and `Action` field is an
+array of shape [b], in field order):
+
+    forward(weights f32[b, P], *prev, *action, *curr) -> (total f32[b], components f32[b, C])
+    weights_vjp(weights, *prev, *action, *curr, d_total f32[b], d_components f32[b, C]) -> f32[b, P]
+
+`RewardArtifact.to_bytes()` stores them in a zip with a JSON header (component names,
+PARAMS, the field layout, versions) and the source, kept as a record only: loading
+never executes it. `load_call(artifact)` returns a function that works under `jit`,
+`vmap` (any number of nested axes are folded into the symbolic batch through
+`jax.custom_batching.custom_vmap`) and `grad` w.r.t. the weights (a `custom_vjp` whose
+backward pass is the exported `weights_vjp`). The transition is data: its cotangent is
+zero.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+import re
+import zipfile
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import export
+from jax.custom_batching import custom_vmap
+
+from jaxrace.rewards.api import Action, RaceView, field_dtypes
+
+FORMAT = "jaxrace-reward-artifact"
+FORMAT_VERSION = 1
+PLATFORMS = ("cpu", "cuda", "rocm", "tpu")
+MAX_ARTIFACT_BYTES = 8 << 20
+# custom_calls an exported reward may contain: shape checks of the symbolic batch only.
+ALLOWED_CUSTOM_CALLS = frozenset({"shape_assertion"})
+
+
+class ArtifactError(ValueError):
+    """A reward artifact is malformed, from another API version, or not safe to run."""
+
+
+def field_layout() -> dict[str, list[list[str]]]:
+    """{"RaceView": [[field, dtype], ...], "Action": [...]}: the input order of an export."""
+    return {"RaceView": [[k, np.dtype(v).name] for k, v in field_dtypes(RaceView).items()],
+            "Action": [[k, np.dtype(v).name] for k, v in field_dtypes(Action).items()]}
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class RewardArtifact:
+    """A reward program exported by the sandbox worker (see the module docstring)."""
+
+    source: str
+    sha256: str
+    component_names: tuple[str, ...]
+    params: tuple[tuple[str, float], ...]
+    forward: bytes = dataclasses.field(repr=False)
+    weights_vjp: bytes = dataclasses.field(repr=False)
+    layout: dict = dataclasses.field(repr=False, default_factory=field_layout)
+    jax_version: str = jax.__version__
+
+    def header(self) -> dict:
+        return {"format": FORMAT, "version": FORMAT_VERSION, "sha256": self.sha256,
+                "component_names": list(self.component_names), "params": [list(p) for p in self.params],
+                "layout": self.layout, "jax_version": self.jax_version}
+
+    def to_bytes(self) -> bytes:
+        buffer = io.BytesIO()
+        with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as z:
+            z.writestr("header.json", json.dumps(self.header(), indent=1))
+            z.writestr("forward.jaxexport", self.forward)
+            z.writestr("weights_vjp.jaxexport", self.weights_vjp)
+            z.writestr("source.py", self.source)
+        return buffer.getvalue()
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> RewardArtifact:
+        """Parse and check an artifact; raises `ArtifactError` saying what is wrong."""
+        if len(data) > MAX_ARTIFACT_BYTES:
+            raise ArtifactError(f"reward artifact is {len(data)} bytes; at most {MAX_ARTIFACT_BYTES}")
+        try:
+            with zipfile.ZipFile(io.BytesIO(data)) as z:
+                sizes = sum(i.file_size for i in z.infolist())
+                if sizes > 4 * MAX_ARTIFACT_BYTES:
+                    raise ArtifactError(f"reward artifact unpacks to {sizes} bytes")
+                header = json.loads(z.read("header.json"))
+                forward, vjp = z.read("forward.jaxexport"), z.read("weights_vjp.jaxexport")
+                source = z.read("source.py").decode()
+        except (zipfile.BadZipFile, KeyError, UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise ArtifactError(f"not a reward artifact: {e}") from None
+        if header.get("format") != FORMAT or header.get("version") != FORMAT_VERSION:
+            raise ArtifactError(f"unsupported artifact format {header.get('format')!r} version "
+                                f"{header.get('version')!r}; this jaxrace reads {FORMAT} {FORMAT_VERSION}")
+        if header["layout"] != field_layout():
+            raise ArtifactError("the artifact was built for a different RaceView/Action; compile its source again")
+        return cls(source=source, sha256=header["sha256"], component_names=tuple(header["component_names"]),
+                   params=tuple((k, float(v)) for k, v in header["params"]), forward=forward, weights_vjp=vjp,
+                   layout=header["layout"], jax_version=header["jax_version"])
+
+
+def _check_exported(exported: export.Exported, what: str, num_outputs: int) -> None:
+    """Refuse what a reward has no need of: effects, devices, custom calls, unchecked shapes."""
+    problems = []
+    if exported.ordered_effects or exported.unordered_effects:
+        problems.append("it has side effects")
+    if exported.nr_devices != 1:
+        problems.append(f"it needs {exported.nr_devices} devices")
+    if exported.disabled_safety_checks:
+        problems.append("it disables safety checks")
+    if len(exported.out_avals) != num_outputs:
+        problems.append(f"it has {len(exported.out_avals)} outputs")
+    text = exported.mlir_module()
+    targets = set(re.findall(r'custom_call\s*@([\w.$-]+)', text))
+    targets |= set(re.findall(r'call_target_name\s*=\s*"([^"]*)"', text))
+    if targets - ALLOWED_CUSTOM_CALLS:
+        problems.append(f"it calls {sorted(targets - ALLOWED_CUSTOM_CALLS)}")
+    if problems:
+        raise ArtifactError(f"the artifact's {what} is not a pure reward: {'; '.join(problems)}")
+
+
+def _batched_call(exported: export.Exported) -> Callable:
+    """`exported.call` over inputs with one leading batch axis, made vmappable by folding axes."""
+
+    @custom_vmap
+    def call(*args):
+        return exported.call(*args)
+
+    @call.def_vmap
+    def fold(axis_size, in_batched, *args):
+        inner = args[0].shape[1] if in_batched[0] else args[0].shape[0]
+        flat = [(a if b else jnp.broadcast_to(a, (axis_size,) + a.shape)).reshape((axis_size * inner,) + a.shape[
+            2 if b else 1:]) for a, b in zip(args, in_batched, strict=True)]
+        out = call(*flat)
+        out = jax.tree.map(lambda o: o.reshape((axis_size, inner) + o.shape[1:]), out)
+        return out, jax.tree.map(lambda _: True, out)
+
+    return call
+
+
+def load_call(artifact: RewardArtifact) -> Callable:
+    """The artifact as `f(weights f32[..., P], prev, action, curr) -> (total f32[...], comps f32[..., C])`.
+
+    `prev`, `action`, `curr` are a `RaceView`, an `Action` and a `RaceView` whose fields
+    share leading axes [...] (none for one transition); `weights` broadcasts against them.
+    """
+    try:
+        forward = export.deserialize(artifact.forward)
+        vjp = export.deserialize(artifact.weights_vjp)
+    except Exception as e:  # noqa: BLE001 (a corrupt artifact can fail anywhere in the flatbuffer)
+        raise ArtifactError(f"the artifact's exported functions do not load: {type(e).__name__}: {e}") from None
+    _check_exported(forward, "forward function", 2)
+    _check_exported(vjp, "weights VJP", 1)
+    num_params = len(artifact.params)
+    view_dtypes = [np.dtype(d) for _, d in artifact.layout["RaceView"]]
+    action_dtypes = [np.dtype(d) for _, d in artifact.layout["Action"]]
+    dtypes = view_dtypes + action_dtypes + view_dtypes
+    forward_call, vjp_call = _batched_call(forward), _batched_call(vjp)
+
+    @jax.custom_vjp
+    def run(weights, fields):
+        return forward_call(weights, *fields)
+
+    def run_forward(weights, fields):
+        return forward_call(weights, *fields), (weights, fields)
+
+    def run_backward(residuals, cotangents):
+        weights, fields = residuals
+        d_weights = vjp_call(weights, *fields, *cotangents)
+        return d_weights, jax.tree.map(jnp.zeros_like, fields)
+
+    run.defvjp(run_forward, run_backward)
+
+    def call(weights, prev: RaceView, action: Action, curr: RaceView):
+        leaves = [*jax.tree.leaves(prev), *jax.tree.leaves(action), *jax.tree.leaves(curr)]
+        if len(leaves) != len(dtypes):
+            raise TypeError("prev, action and curr must be a RaceView, an Action and a RaceView")
+        batch_shape = jnp.shape(leaves[0])
+        size = int(np.prod(batch_shape, dtype=np.int64))
+        fields = tuple(jnp.broadcast_to(jnp.asarray(x).astype(d), batch_shape).reshape((size,))
+                       for x, d in zip(leaves, dtypes, strict=True))
+        weights = jnp.asarray(weights, jnp.float32)
+        if weights.shape[-1:] != (num_params,):
+            raise ValueError(f"weights must end in {num_params} (the PARAMS), got shape {weights.shape}")
+        weights = jnp.broadcast_to(weights, batch_shape + (num_params,)).reshape((size, num_params))
+        total, components = run(weights, fields)
+        return total.reshape(batch_shape), components.reshape(batch_shape + components.shape[-1:])
+
+    return call

@@ -1,0 +1,353 @@
+"""Stages 3 to 5 of the reward compiler. They run only inside the sandbox worker.
+
+`build_artifact(source)` is the one function that runs every stage in order: parse and
+policy (`jaxrace.rewards.policy`), execute the module in the curated namespace, trace
+the entry point, export it (`jaxrace.rewards.artifact`), then validate the exported
+artifact (the bytes the caller will run, loaded the way the caller loads them) on
+synthetic transitions: finite everywhere (the extreme cases included), magnitude at
+most `Limits.max_magnitude` on ordinary cases, identical across call counts, batch sizes
+and two fresh executions of the source, and temporary memory bounded at the training
+batch size. Every failure is a `RewardCompileError` naming the stage, the line where
+known, and the case.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import traceback
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import export
+
+from jaxrace.rewards.api import Action, RaceView
+from jaxrace.rewards.artifact import PLATFORMS, ArtifactError, RewardArtifact, load_call
+from jaxrace.rewards.errors import PROGRAM_FILENAME, RewardCompileError
+from jaxrace.rewards.namespace import program_namespace
+from jaxrace.rewards.policy import ACTION_FIELDS, ENTRY, RACEVIEW_FIELDS, ProgramInfo, check_policy, parse_program
+from jaxrace.rewards.policy import suggest as _suggest
+from jaxrace.rewards.synthetic import extreme_batch, synthetic_batch
+
+MAX_COMPONENTS = 32
+MAX_COMPONENT_NAME = 64
+
+
+@dataclasses.dataclass(frozen=True)
+class Limits:
+    """What a reward may cost, checked by validation.
+
+    Attributes:
+        train_batch: transitions per reward evaluation in training (the batch at which
+            temporary memory is measured).
+        max_temp_mib: temporary memory of one evaluation of `train_batch` transitions.
+        max_magnitude: largest |total| or |component| allowed on ordinary transitions.
+    """
+
+    train_batch: int = 65_536
+    max_temp_mib: float = 256.0
+    max_magnitude: float = 1e6
+
+    def __post_init__(self):
+        if self.train_batch < 1 or self.max_temp_mib <= 0 or self.max_magnitude <= 0:
+            raise ValueError(f"limits must be positive: {self}")
+
+
+# ---------------------------------------------------------------------------- messages
+
+
+def _program_line(exc: BaseException) -> int | None:
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename == PROGRAM_FILENAME]
+    return frames[-1].lineno if frames else None
+
+
+def _explain(exc: BaseException, source_line: str) -> str:
+    """A short message for an exception raised by the program, with a fix where we know one."""
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    line = source_line.strip()
+    if isinstance(exc, jax.errors.TracerBoolConversionError | jax.errors.ConcretizationTypeError):
+        if any(f"{b}(" in line and f"jnp.{b}(" not in line and f".{b}(" not in line for b in ("max", "min")):
+            return (f"Python max()/min() compares traced values in `{line}`: use jnp.maximum(a, b) / "
+                    "jnp.minimum(a, b)")
+        if line.startswith(("if ", "elif ")) or " if " in line:
+            return f"Python `if` on a traced value in `{line}`: use jnp.where(condition, a, b)"
+        if any(f" {op} " in f" {line} " for op in ("and", "or", "not")):
+            return f"Python and/or/not on traced values in `{line}`: use a & b, a | b, ~a (or jnp.logical_*)"
+        return f"a traced value was used as a Python bool or number in `{line}`: use jnp.where / jnp.maximum"
+    if isinstance(exc, jax.errors.TracerIntegerConversionError | jax.errors.TracerArrayConversionError):
+        return f"a traced value was converted to a Python or numpy number in `{line}`: keep it a jnp array"
+    if isinstance(exc, AttributeError):
+        for kind, fields in (("RaceView", RACEVIEW_FIELDS), ("Action", ACTION_FIELDS)):
+            if f"'{kind}' object has no attribute" in text:
+                field = text.rsplit("'", 2)[-2]
+                return f"{kind} has no field '{field}'{_suggest(field, fields)}"
+        return text[:300]
+    if isinstance(exc, KeyError):
+        return f"KeyError {text[:100]}: a dict (params or components) has no such key"
+    if isinstance(exc, RecursionError):
+        return "recursion too deep: write the reward without recursion"
+    if isinstance(exc, MemoryError) or "RESOURCE_EXHAUSTED" in text or "Out of memory" in text:
+        return "ran out of memory: a reward works on scalars and must not allocate large arrays"
+    return f"{type(exc).__name__}: {text}"[:400]
+
+
+def _fail(stage: str, exc: BaseException, source: str) -> RewardCompileError:
+    if isinstance(exc, RewardCompileError):
+        return exc
+    lineno = _program_line(exc)
+    lines = source.splitlines()
+    source_line = lines[lineno - 1] if lineno and lineno <= len(lines) else ""
+    return RewardCompileError(stage, _explain(exc, source_line), lineno)
+
+
+def _describe(out) -> str:
+    if isinstance(out, tuple | list):
+        return f"a {type(out).__name__} of {len(out)} ({', '.join(type(o).__name__ for o in out)})"
+    shape = getattr(out, "shape", None)
+    return f"an array of shape {tuple(shape)}" if shape is not None else f"a {type(out).__name__}"
+
+
+# ---------------------------------------------------------------------------- execute and trace
+
+
+def execute_program(source: str, info: ProgramInfo) -> Callable:
+    """Stage 3: run the module in a fresh curated namespace; returns its `reward`."""
+    namespace = program_namespace()
+    try:
+        exec(compile(info.tree, PROGRAM_FILENAME, "exec"), namespace)  # noqa: S102 (checked by the policy)
+    except Exception as e:
+        raise _fail("execute", e, source) from None
+    fn = namespace.get(ENTRY)
+    if not callable(fn):
+        raise RewardCompileError("execute", "`reward` is not a function after running the program")
+    return fn
+
+
+def _call(fn: Callable, info: ProgramInfo, prev, action, curr, weights) -> tuple:
+    params = {k: weights[j] for j, k in enumerate(info.params)}
+    out = fn(prev, action, curr, params) if info.takes_params else fn(prev, action, curr)
+    if not (isinstance(out, tuple | list) and len(out) == 2 and isinstance(out[1], dict)):
+        raise RewardCompileError(
+            "validate", "reward must return a pair (total, components): a float32 scalar and a dict of "
+            f"named float32 scalars, e.g. `return total, {{\"progress\": p}}`; got {_describe(out)}")
+    return out
+
+
+def _one(batch, i):
+    return jax.tree.map(lambda a: a[i], batch)
+
+
+def trace_program(source: str, info: ProgramInfo, fn: Callable) -> tuple[str, ...]:
+    """Stage 4: trace one transition abstractly; check the result's types; returns component names."""
+    prev, action, curr, _ = synthetic_batch()
+    order: list = []
+
+    def traced(p, a, c, w):  # records the components' order (pytrees would sort dict keys)
+        out = _call(fn, info, p, a, c, w)
+        order.extend(out[1])
+        return out
+
+    weights = jnp.zeros((len(info.params),), jnp.float32)
+    try:
+        total, components = jax.eval_shape(traced, _one(prev, 0), _one(action, 0), _one(curr, 0), weights)
+    except Exception as e:
+        raise _fail("trace", e, source) from None
+    if not hasattr(total, "shape") or total.shape != ():
+        raise RewardCompileError("validate", "the total reward must be a scalar per transition, got "
+                                 f"{_describe(total)}; reduce it (e.g. jnp.sum) or index the value you mean")
+    if not jnp.issubdtype(total.dtype, jnp.floating):
+        raise RewardCompileError("validate", f"the total reward has dtype {total.dtype}; it must be float32: "
+                                 "convert with .astype(jnp.float32)")
+    if len(order) > MAX_COMPONENTS:
+        raise RewardCompileError("validate", f"{len(order)} components; at most {MAX_COMPONENTS}")
+    for k in order:
+        if not isinstance(k, str) or not k.isprintable() or not 0 < len(k) <= MAX_COMPONENT_NAME:
+            raise RewardCompileError("validate", f"component names must be printable strings of 1 to "
+                                     f"{MAX_COMPONENT_NAME} characters, got {str(k)[:80]!r}")
+        v = components[k]
+        numeric = hasattr(v, "dtype") and (jnp.issubdtype(v.dtype, jnp.number) or v.dtype == jnp.bool_)
+        if not numeric or v.shape != ():
+            raise RewardCompileError("validate", f"component '{k}' must be a numeric scalar, got {_describe(v)}")
+    return tuple(order)
+
+
+# ---------------------------------------------------------------------------- export
+
+
+def _forward(fn: Callable, info: ProgramInfo, names: tuple[str, ...]) -> Callable:
+    views, acts = len(RACEVIEW_FIELDS), len(ACTION_FIELDS)
+
+    def one(weights, prev, action, curr):
+        total, components = _call(fn, info, prev, action, curr, weights)
+        if list(components) != list(names):
+            raise RewardCompileError("validate", f"the component names changed between traces ({list(names)} "
+                                     f"then {list(components)}): build the dict the same way every time")
+        values = [jnp.asarray(components[k]).astype(jnp.float32) for k in names]
+        return jnp.asarray(total).astype(jnp.float32), (jnp.stack(values) if values else jnp.zeros((0,)))
+
+    def forward(weights, *fields):
+        prev = RaceView(**dict(zip(RACEVIEW_FIELDS, fields[:views], strict=True)))
+        action = Action(**dict(zip(ACTION_FIELDS, fields[views:views + acts], strict=True)))
+        curr = RaceView(**dict(zip(RACEVIEW_FIELDS, fields[views + acts:], strict=True)))
+        return jax.vmap(one)(weights, prev, action, curr)
+
+    return forward
+
+
+def export_program(source: str, info: ProgramInfo, fn: Callable, names: tuple[str, ...], *, with_vjp: bool = True
+                   ) -> RewardArtifact:
+    """Stage 5a: export the forward function and its VJP w.r.t. the weights over a symbolic batch.
+
+    Source locations are left out of the exported modules (`jax_traceback_in_locations_limit`
+    is 0 while exporting), so the same program exports to the same bytes every time.
+    """
+    from jaxrace.rewards.api import field_dtypes
+
+    (b,) = export.symbolic_shape("b")
+    spec = jax.ShapeDtypeStruct
+    dtypes = [*field_dtypes(RaceView).values(), *field_dtypes(Action).values(), *field_dtypes(RaceView).values()]
+    field_specs = [spec((b,), d) for d in dtypes]
+    weight_spec = spec((b, len(info.params)), jnp.float32)
+    forward = _forward(fn, info, names)
+
+    def weights_vjp(weights, *args):
+        fields, (d_total, d_components) = args[:-2], args[-2:]
+        _, pull = jax.vjp(lambda w: forward(w, *fields), weights)
+        return pull((d_total, d_components))[0]
+
+    previous = jax.config.jax_traceback_in_locations_limit
+    jax.config.update("jax_traceback_in_locations_limit", 0)
+    try:
+        exported = export.export(jax.jit(forward), platforms=PLATFORMS)(weight_spec, *field_specs).serialize()
+        exported_vjp = export.export(jax.jit(weights_vjp), platforms=PLATFORMS)(
+            weight_spec, *field_specs, spec((b,), jnp.float32), spec((b, len(names)), jnp.float32)
+        ).serialize() if with_vjp else b""
+    except Exception as e:
+        raise _fail("trace", e, source) from None
+    finally:
+        jax.config.update("jax_traceback_in_locations_limit", previous)
+    return RewardArtifact(source=source, sha256=hashlib.sha256(source.encode()).hexdigest(), component_names=names,
+                          params=tuple(info.params.items()), forward=exported, weights_vjp=exported_vjp)
+
+
+# ---------------------------------------------------------------------------- validate
+
+
+def _concat(*batches):
+    return jax.tree.map(lambda *xs: jnp.concatenate(xs), *batches)
+
+
+def validate_artifact(artifact: RewardArtifact, again: RewardArtifact, limits: Limits) -> None:
+    """Stage 5b: run the exported artifact as the caller will (see the module docstring).
+
+    `again` is the export of a second, fresh execution of the same source.
+    """
+    try:
+        call = load_call(artifact)
+    except ArtifactError as e:
+        raise RewardCompileError("validate", str(e)) from None
+    ordinary, extreme = synthetic_batch(), extreme_batch()
+    prev, action, curr = (_concat(o, x) for o, x in zip(ordinary[:3], extreme[:3], strict=True))
+    cases = ordinary[3] + extreme[3]
+    num_ordinary = len(ordinary[3])
+    weights = jnp.asarray([v for _, v in artifact.params], jnp.float32)
+    names = artifact.component_names
+
+    @jax.jit
+    def evaluate(w, p, a, c):
+        """vmapped as the trainer does, differentiated as weight tuning does, and on a batch of 1."""
+        out = jax.vmap(call, in_axes=(None, 0, 0, 0))(w, p, a, c)
+        single = call(w, *(_one(x, slice(0, 1)) for x in (p, a, c)))
+        return out, single, jax.grad(lambda v: call(v, p, a, c)[0].sum())(w)
+
+    try:
+        (total, components), single, _ = jax.device_get(evaluate(weights, prev, action, curr))
+        repeat, _, _ = jax.device_get(evaluate(weights, prev, action, curr))
+        fresh = None
+        if again.forward != artifact.forward:
+            fresh = jax.device_get(jax.jit(load_call(again))(weights, prev, action, curr))
+    except RewardCompileError:
+        raise
+    except Exception as e:
+        raise RewardCompileError("validate", f"the exported reward failed to run: {type(e).__name__}: "
+                                 f"{str(e)[:200]}") from None
+
+    for values, what in [(total, "the reward")] + [(components[:, j], f"component '{k}'") for j, k in
+                                                   enumerate(names)]:
+        bad = ~np.isfinite(values)
+        if bad.any():
+            i = int(np.argmax(bad))
+            culprits = [k for j, k in enumerate(names) if not np.isfinite(components[i, j])]
+            which = f" (component{'s' if len(culprits) > 1 else ''} {', '.join(culprits)})" if culprits and \
+                what == "the reward" else ""
+            raise RewardCompileError(
+                "validate", f"{what} is {values[i]} for the case '{cases[i]}'{which}: it must be finite for every "
+                "input; guard divisions, e.g. x / jnp.maximum(d, 1e-3), logs, e.g. jnp.log(jnp.maximum(x, 1e-6)), "
+                "and arcsin/sqrt arguments with jnp.clip")
+    both = np.concatenate([total[:num_ordinary, None], components[:num_ordinary]], axis=1)
+    big = np.abs(both) > limits.max_magnitude
+    if big.any():
+        i, j = np.unravel_index(int(np.argmax(big)), big.shape)
+        what = "the reward" if j == 0 else f"component '{names[j - 1]}'"
+        raise RewardCompileError("validate", f"{what} is {both[i, j]:.3g} for the case '{cases[i]}'; at most "
+                                 f"{limits.max_magnitude:g} in magnitude on ordinary transitions: scale it down")
+    if not (np.array_equal(repeat[0], total) and np.array_equal(repeat[1], components)):
+        raise RewardCompileError("validate", "the reward is not deterministic: two calls on the same input differ")
+    if fresh is not None and not (np.array_equal(fresh[0], total) and np.array_equal(fresh[1], components)):
+        raise RewardCompileError("validate", "the reward is not deterministic: two fresh executions of the "
+                                 "program give different results (does it keep state or depend on order?)")
+    if not (np.allclose(single[0], total[:1], rtol=1e-6, atol=1e-6)
+            and np.allclose(single[1], components[:1], rtol=1e-6, atol=1e-6)):
+        raise RewardCompileError("validate", "the reward depends on the batch size (a batch of 1 gives other "
+                                 "values than a larger one)")
+    _check_memory(call, len(artifact.params), limits)
+
+
+def _check_memory(call: Callable, num_params: int, limits: Limits) -> None:
+    from jaxrace.rewards.api import field_dtypes
+
+    b = limits.train_batch
+    spec = jax.ShapeDtypeStruct
+    prev = RaceView(**{k: spec((b,), d) for k, d in field_dtypes(RaceView).items()})
+    action = Action(**{k: spec((b,), d) for k, d in field_dtypes(Action).items()})
+    try:
+        stats = jax.jit(call).lower(spec((num_params,), jnp.float32), prev, action, prev).compile().memory_analysis()
+    except Exception as e:
+        raise RewardCompileError("validate", f"the reward does not compile at the training batch size {b}: "
+                                 f"{type(e).__name__}: {str(e)[:200]}") from None
+    temp_mib = getattr(stats, "temp_size_in_bytes", 0) / (1 << 20) if stats is not None else 0.0
+    if temp_mib > limits.max_temp_mib:
+        raise RewardCompileError("validate", f"the reward needs {temp_mib:.0f} MiB of temporary memory for a batch "
+                                 f"of {b} transitions; at most {limits.max_temp_mib:g} MiB: a reward works on "
+                                 "scalars and must not build large arrays")
+
+
+# ---------------------------------------------------------------------------- all stages
+
+
+def build_artifact(source: str, limits: Limits = Limits(), report: Callable[[str], None] = lambda stage: None
+                   ) -> RewardArtifact:
+    """Stages 1 to 5: parse, policy, execute, trace, export and validate.
+
+    `report(stage)` is called as each stage starts (the worker forwards it, so a
+    time-out names the stage). Raises `RewardCompileError`.
+    """
+    report("parse")
+    info = check_policy(parse_program(source))
+    report("execute")
+    fn = execute_program(source, info)
+    report("trace")
+    names = trace_program(source, info, fn)
+    artifact = export_program(source, info, fn, names)
+    report("execute")
+    fn_again = execute_program(source, info)
+    report("trace")
+    again = export_program(source, info, fn_again, trace_program(source, info, fn_again), with_vjp=False)
+    if again.component_names != names:
+        raise RewardCompileError("validate", "the component names differ between two fresh executions of the "
+                                 "program: build the dict the same way every time")
+    report("validate")
+    validate_artifact(artifact, again, limits)
+    return artifact
