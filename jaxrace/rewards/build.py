@@ -27,7 +27,8 @@ from jaxrace.rewards.api import Action, RaceView
 from jaxrace.rewards.artifact import PLATFORMS, ArtifactError, RewardArtifact, load_call
 from jaxrace.rewards.errors import PROGRAM_FILENAME, RewardCompileError
 from jaxrace.rewards.namespace import program_namespace
-from jaxrace.rewards.policy import ACTION_FIELDS, ENTRY, RACEVIEW_FIELDS, ProgramInfo, check_policy, parse_program
+from jaxrace.rewards.parse import ENTRY, parse_program
+from jaxrace.rewards.policy import ACTION_FIELDS, RACEVIEW_FIELDS, ProgramInfo, check_policy
 from jaxrace.rewards.policy import suggest as _suggest
 from jaxrace.rewards.synthetic import extreme_batch, synthetic_batch
 

@@ -22,7 +22,8 @@ import jax.numpy as jnp
 from jaxrace.rewards.api import Action, RaceView
 from jaxrace.rewards.artifact import ArtifactError, RewardArtifact, load_call
 from jaxrace.rewards.errors import RewardCompileError
-from jaxrace.rewards.policy import check_policy, parse_program
+from jaxrace.rewards.parse import parse_program
+from jaxrace.rewards.policy import check_policy
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

@@ -1,7 +1,6 @@
-"""Stages 1 and 2 of the reward compiler: parse, and an allow-list over the syntax tree.
+"""Stage 2 of the reward compiler: an allow-list over the syntax tree (`jaxrace.rewards.parse` is stage 1).
 
-Nothing here executes the program. Caps on size, nesting and attribute chains come
-before anything recursive sees the source. The checks then allow only: module level
+Nothing here executes the program. The checks allow only: module level
 made of a docstring, `PARAMS`, constants and function definitions; names from the
 curated namespace or the program's own; attributes by allow-list (namespace members,
 `RaceView`/`Action` fields, a few array and container methods); `for` loops with a
@@ -13,23 +12,16 @@ from __future__ import annotations
 import ast
 import dataclasses
 import difflib
-import io
 import math
-import tokenize
 
 from jaxrace.rewards.api import Action, RaceView
 from jaxrace.rewards.errors import RewardCompileError
 from jaxrace.rewards.namespace import Module, available_names, program_namespace
+from jaxrace.rewards.parse import ENTRY
 
-MAX_SOURCE_CHARS = 50_000
-MAX_LINES = 2_000
-MAX_BRACKET_DEPTH = 40
-MAX_OPERATOR_RUN = 40
-MAX_TREE_DEPTH = 80
 MAX_ATTRIBUTE_CHAIN = 6
 MAX_PARAMS = 64
 MAX_LOOP_ITERATIONS = 256
-ENTRY = "reward"
 
 RACEVIEW_FIELDS = tuple(f.name for f in dataclasses.fields(RaceView))
 ACTION_FIELDS = tuple(f.name for f in dataclasses.fields(Action))
@@ -128,83 +120,6 @@ def suggest(word: str, options) -> str:
     """'; did you mean 'x'?' for the closest option, or ''."""
     close = difflib.get_close_matches(word, list(options), n=1, cutoff=0.6)
     return f"; did you mean '{close[0]}'?" if close else ""
-
-
-def _check_text(source: str) -> None:
-    """Caps a recursive parser cannot be trusted with: size, characters, nesting, operator runs."""
-    if len(source) > MAX_SOURCE_CHARS:
-        raise RewardCompileError("parse", f"the program is {len(source)} characters; at most {MAX_SOURCE_CHARS}")
-    try:
-        source.encode("utf-8")
-    except UnicodeEncodeError as e:
-        line = source.count("\n", 0, e.start) + 1
-        raise RewardCompileError("parse", f"the program contains a character that is not valid UTF-8 "
-                                 f"({source[e.start]!a})", line) from None
-    if "\x00" in source:
-        raise RewardCompileError("parse", "the program contains a NUL character", source.count("\n", 0,
-                                 source.index("\x00")) + 1)
-    if source.count("\n") > MAX_LINES:
-        raise RewardCompileError("parse", f"the program has more than {MAX_LINES} lines")
-    depth = run = dots = 0
-    try:
-        for token in tokenize.generate_tokens(io.StringIO(source).readline):
-            if token.type == tokenize.OP and token.string == ".":
-                dots += 1
-                if dots > 4 * MAX_ATTRIBUTE_CHAIN:
-                    raise RewardCompileError("parse", f"an attribute chain longer than {4 * MAX_ATTRIBUTE_CHAIN}",
-                                             token.start[0])
-            elif token.type != tokenize.NAME:
-                dots = 0
-            if token.type == tokenize.OP and token.string in "([{":
-                depth += 1
-                if depth > MAX_BRACKET_DEPTH:
-                    raise RewardCompileError("parse", f"brackets nested more than {MAX_BRACKET_DEPTH} deep",
-                                             token.start[0])
-            elif token.type == tokenize.OP and token.string in ")]}":
-                depth -= 1
-            unary = token.type == tokenize.OP and token.string in ("-", "+", "~", "*", "**")
-            run = run + 1 if unary or (token.type == tokenize.NAME and token.string == "not") else 0
-            if run > MAX_OPERATOR_RUN:
-                raise RewardCompileError("parse", f"more than {MAX_OPERATOR_RUN} operators in a row", token.start[0])
-    except (tokenize.TokenError, SyntaxError):
-        pass  # ast.parse below reports the syntax error with its line
-
-
-def _tree_depth_ok(tree: ast.AST) -> ast.AST | None:
-    """The first node deeper than MAX_TREE_DEPTH, or None (iterative: no recursion)."""
-    stack = [(tree, 0)]
-    while stack:
-        node, depth = stack.pop()
-        if depth > MAX_TREE_DEPTH:
-            return node
-        stack.extend((child, depth + 1) for child in ast.iter_child_nodes(node))
-    return None
-
-
-def parse_program(source: str) -> ast.Module:
-    """Stage 1: caps, then parse `source`; exactly one top-level `reward` function."""
-    if not isinstance(source, str):
-        raise RewardCompileError("parse", f"the program must be a str of Python source, not {type(source).__name__}")
-    _check_text(source)
-    try:
-        tree = ast.parse(source, mode="exec")
-    except SyntaxError as e:
-        raise RewardCompileError("parse", f"syntax error: {e.msg}", e.lineno) from None
-    except (RecursionError, MemoryError, ValueError) as e:
-        raise RewardCompileError("parse", f"the program is too deeply nested to parse ({type(e).__name__})") from None
-    deep = _tree_depth_ok(tree)
-    if deep is not None:
-        raise _error("parse", f"expressions nested more than {MAX_TREE_DEPTH} deep: split them with local "
-                     "variables", deep)
-    entries = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == ENTRY]
-    if not entries:
-        raise RewardCompileError(
-            "parse", "no top-level `def reward(prev, action, curr)` found: the program must define it")
-    if len(entries) > 1:
-        lines = ", ".join(str(n.lineno) for n in entries)
-        raise RewardCompileError("parse", f"`reward` is defined {len(entries)} times (lines {lines}); "
-                                 "define it once", entries[1].lineno)
-    return tree
 
 
 def _params_literal(node: ast.Assign) -> dict[str, float]:

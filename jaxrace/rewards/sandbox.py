@@ -87,20 +87,21 @@ _worker: _Worker | None = None
 _lock = threading.Lock()
 
 
-def _shutdown():
+def shutdown() -> None:
+    """Stop the worker (the next build starts a new one)."""
     global _worker
     if _worker is not None:
         _worker.close()
         _worker = None
 
 
-atexit.register(_shutdown)
+atexit.register(shutdown)
 
 
 def _started() -> _Worker:
     global _worker
     if _worker is not None and _worker.proc.poll() is not None:
-        _shutdown()
+        shutdown()
     if _worker is None:
         _worker = _Worker()
     return _worker
@@ -110,6 +111,12 @@ def isolation() -> tuple[str, ...]:
     """How the worker is confined on this machine (starts it if needed)."""
     with _lock:
         return _started().isolation
+
+
+def worker_pid() -> int:
+    """The worker's process id (starts it if needed)."""
+    with _lock:
+        return _started().proc.pid
 
 
 def build_in_sandbox(source: str, *, limits: dict | None = None, timeout_s: float | None = None,
@@ -140,12 +147,12 @@ def build_in_sandbox(source: str, *, limits: dict | None = None, timeout_s: floa
             worker.proc.stdin.write(json.dumps(request).encode() + b"\n")
             worker.proc.stdin.flush()
         except BrokenPipeError:
-            _shutdown()
+            shutdown()
             raise RewardCompileError("execute", "the sandbox worker died before the program was sent") from None
         message = worker.read(time.monotonic() + timeout_s + REPLY_MARGIN_S)
         if message is None or "fatal" in message:
             detail = message["fatal"] if message else f"no reply ({worker.stderr_tail()[-300:]})"
-            _shutdown()
+            shutdown()
             raise RewardCompileError("execute", f"the sandbox worker failed: {detail}")
     if "error" in message:
         e = message["error"]

@@ -1,0 +1,137 @@
+"""Exported reward artifacts: what the caller runs instead of the source."""
+
+import io
+import json
+import zipfile
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax import export
+from race_views import action, view
+
+import jaxrace.rewards.sandbox as sandbox
+from jaxrace.rewards import compile_reward
+from jaxrace.rewards.artifact import ArtifactError, RewardArtifact
+from jaxrace.rewards.compiler import CompiledReward, load_reward
+from jaxrace.rewards.synthetic import synthetic_batch
+
+SOURCE = '''
+PARAMS = {"w_progress": 1.0, "w_slip": 2.0}
+
+
+def reward(prev, action, curr, params):
+    progress = curr.progress - prev.progress
+    slip = jnp.maximum(curr.tyre_slip - 0.13, 0.0)
+    total = params["w_progress"] * progress - params["w_slip"] * slip + 0.1 * action.throttle_brake
+    return total, {"progress": progress, "slip": slip}
+'''
+
+
+def reference(prev, act, curr, w_progress=1.0, w_slip=2.0):
+    progress = np.asarray(curr.progress, np.float32) - np.asarray(prev.progress, np.float32)
+    slip = np.maximum(np.asarray(curr.tyre_slip, np.float32) - np.float32(0.13), 0)
+    return w_progress * progress - w_slip * slip + np.float32(0.1) * np.asarray(act.throttle_brake), progress, slip
+
+
+@pytest.fixture(scope="module")
+def compiled():
+    return compile_reward(SOURCE, name="artifact-test")
+
+
+def test_values_match_a_numpy_reference_on_a_batch_without_vmap(compiled):
+    prev, act, curr, _ = synthetic_batch()
+    total, comps = compiled(prev, act, curr)  # fields with a leading batch axis: no vmap needed
+    want, progress, slip = reference(prev, act, curr)
+    assert total.shape == (64,) and total.dtype == jnp.float32
+    np.testing.assert_allclose(total, want, rtol=1e-6, atol=1e-5)
+    np.testing.assert_allclose(comps["progress"], progress, rtol=1e-6)
+    np.testing.assert_allclose(comps["slip"], slip, rtol=1e-6)
+
+
+def test_nested_vmap_over_candidates_and_transitions_equals_one_call_each(compiled):
+    prev, act, curr, _ = synthetic_batch()
+    weights = jnp.asarray([[1.0, 2.0], [0.5, 0.0], [2.0, 10.0]], jnp.float32)
+    nested = jax.jit(jax.vmap(jax.vmap(compiled.apply, in_axes=(None, 0, 0, 0)), in_axes=(0, None, None, None)))
+    totals, comps = nested(weights, prev, act, curr)
+    assert totals.shape == (3, 64) and comps.shape == (3, 64, 2)
+    for i, (wp, ws) in enumerate(np.asarray(weights)):
+        np.testing.assert_allclose(totals[i], reference(prev, act, curr, wp, ws)[0], rtol=1e-5, atol=1e-4)
+
+
+def test_gradient_wrt_weights_is_exact_and_vmaps_over_candidates(compiled):
+    prev, act, curr, _ = synthetic_batch()
+    _, progress, slip = reference(prev, act, curr)
+
+    def mean_return(w):
+        return compiled.apply(w, prev, act, curr)[0].mean()
+
+    grad = jax.jit(jax.grad(mean_return))(jnp.asarray([1.0, 2.0]))
+    np.testing.assert_allclose(grad, [progress.mean(), -slip.mean()], rtol=1e-5)
+    grads = jax.vmap(jax.grad(mean_return))(jnp.ones((4, 2)))
+    np.testing.assert_allclose(grads, np.tile([progress.mean(), -slip.mean()], (4, 1)), rtol=1e-5)
+    # Through the dict interface too (weight tuning will use it).
+    g = jax.grad(lambda w: compiled(view(progress=100.0), action(), view(progress=104.0), {"w_progress": w})[0])(3.0)
+    assert float(g) == pytest.approx(4.0)
+
+
+def test_save_and_load_give_the_same_reward_without_the_sandbox(compiled, tmp_path, monkeypatch):
+    path = compiled.save(tmp_path / "reward.jaxreward")
+    monkeypatch.setattr(sandbox, "build_in_sandbox", lambda *a, **k: pytest.fail("the sandbox was used"))
+    loaded = load_reward(path)
+    assert loaded.name == "reward" and loaded.component_names == ("progress", "slip")
+    assert loaded.params == {"w_progress": 1.0, "w_slip": 2.0} and loaded.sha256 == compiled.sha256
+    assert loaded.source == SOURCE  # kept as a record; never executed
+    prev, act, curr, _ = synthetic_batch()
+    np.testing.assert_array_equal(jax.jit(loaded.apply)(jnp.ones(2), prev, act, curr)[0],
+                                  jax.jit(compiled.apply)(jnp.ones(2), prev, act, curr)[0])
+
+
+def _rezip(data: bytes, **replace) -> bytes:
+    members = {}
+    with zipfile.ZipFile(io.BytesIO(data)) as z:
+        for name in z.namelist():
+            members[name] = z.read(name)
+    members.update(replace)
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w") as z:
+        for name, content in members.items():
+            z.writestr(name, content)
+    return out.getvalue()
+
+
+def test_corrupt_or_foreign_artifacts_are_refused_with_a_reason(compiled):
+    data = compiled.artifact.to_bytes()
+    with pytest.raises(ArtifactError, match="not a reward artifact"):
+        RewardArtifact.from_bytes(b"PK\x03\x04 nonsense")
+    header = json.loads(zipfile.ZipFile(io.BytesIO(data)).read("header.json"))
+    header["layout"]["RaceView"] = header["layout"]["RaceView"][:-1]
+    with pytest.raises(ArtifactError, match="different RaceView"):
+        RewardArtifact.from_bytes(_rezip(data, **{"header.json": json.dumps(header)}))
+    with pytest.raises(ArtifactError, match="do not load"):
+        CompiledReward.from_artifact(_rezip(data, **{"forward.jaxexport": b"\x00" * 64}))
+
+
+def test_an_artifact_with_a_foreign_custom_call_is_refused_by_the_caller(compiled):
+    """Defence in depth: an artifact forged outside the worker may only hold plain StableHLO.
+
+    (JAX refuses to serialize host callbacks at all; LAPACK's eigh stands in for any
+    custom call a forger could embed.)
+    """
+    (b,) = export.symbolic_shape("b")
+
+    def with_custom_call(weights, *fields):
+        m = jnp.stack([fields[0], fields[0] + 1.0], axis=-1)[..., None] * jnp.eye(2)
+        total = jnp.linalg.eigh(m)[0][..., 0]
+        return total, jnp.zeros(fields[0].shape + (2,), jnp.float32)
+
+    art = compiled.artifact
+    specs = [jax.ShapeDtypeStruct((b, 2), jnp.float32)] + [
+        jax.ShapeDtypeStruct((b,), np.dtype(d)) for _, d in art.layout["RaceView"] + art.layout["Action"]
+        + art.layout["RaceView"]]
+    forged = export.export(jax.jit(with_custom_call), platforms=("cpu",))(*specs).serialize()
+    bad = RewardArtifact(source=art.source, sha256=art.sha256, component_names=art.component_names,
+                         params=art.params, forward=forged, weights_vjp=art.weights_vjp)
+    with pytest.raises(ArtifactError, match="not a pure reward: it calls"):
+        CompiledReward.from_artifact(bad)

@@ -1,0 +1,79 @@
+"""The sandbox worker's confinement: what a process under it can and cannot touch."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+
+import pytest
+
+import jaxrace.rewards.sandbox as sandbox
+from jaxrace.rewards import isolation
+
+PROBE = r"""
+import json, os, socket, sys
+from jaxrace.rewards import isolation
+secret, writable, outside, port = sys.argv[1:5]
+netns = isolation.apply_network_namespace()
+abi, why = isolation.apply_landlock(writable)
+result = {"netns": netns, "landlock": why, "abi": abi}
+try:
+    open(secret).read(); result["read_secret"] = True
+except OSError:
+    result["read_secret"] = False
+try:
+    open(os.path.join(outside, "pwned"), "w").write("x"); result["wrote_outside"] = True
+except OSError:
+    result["wrote_outside"] = False
+try:
+    open(os.path.join(writable, "ok"), "w").write("x"); result["wrote_private"] = True
+except OSError:
+    result["wrote_private"] = False
+try:
+    s = socket.create_connection(("127.0.0.1", int(port)), timeout=2); s.close(); result["connected"] = True
+except OSError:
+    result["connected"] = False
+import jax, jax.numpy as jnp
+result["jax_works"] = float(jax.jit(lambda x: jnp.sin(x) * 2)(0.5)) > 0
+print(json.dumps(result))
+"""
+
+
+@pytest.mark.skipif(isolation.landlock_abi() < 1, reason="this kernel has no Landlock: the worker warns instead")
+def test_a_confined_process_cannot_read_user_files_write_outside_or_connect(tmp_path):
+    secret = tmp_path / "secret.txt"
+    secret.write_text("the user's data")
+    writable, outside = tmp_path / "private", tmp_path / "outside"
+    writable.mkdir()
+    outside.mkdir()
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        port = server.getsockname()[1]
+        proc = subprocess.run([sys.executable, "-c", PROBE, str(secret), str(writable), str(outside), str(port)],
+                              capture_output=True, text=True, timeout=120, env={**os.environ,
+                                                                                "OPENBLAS_NUM_THREADS": "1"})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    result = json.loads(proc.stdout.splitlines()[-1])
+    assert result["landlock"] is None, result
+    assert not result["read_secret"] and not result["wrote_outside"] and not result["connected"], result
+    assert result["wrote_private"] and result["jax_works"], result
+    assert not (outside / "pwned").exists()
+
+
+def test_the_worker_reports_its_isolation_and_holds_no_secrets_from_the_environment(monkeypatch):
+    sandbox.shutdown()
+    monkeypatch.setenv("JAXRACE_LLM_API_KEY", "sk-do-not-leak")
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-do-not-leak-either")
+    try:
+        levels = sandbox.isolation()
+        assert "separate process per program" in levels and "resource limits" in levels
+        if isolation.landlock_abi() >= 1:
+            assert any(level.startswith("Landlock ABI") for level in levels), levels
+        environ = dict(v.split(b"=", 1) for v in open(f"/proc/{sandbox.worker_pid()}/environ", "rb").read()
+                       .split(b"\0") if b"=" in v)
+        assert not any(b"sk-do-not-leak" in v for v in environ.values()) and b"OPENAI_API_KEY" not in environ
+        assert b"jaxrace-reward-sandbox-" in environ[b"HOME"] and environ[b"HOME"] == environ[b"TMPDIR"]
+    finally:
+        sandbox.shutdown()
