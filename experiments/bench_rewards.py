@@ -1,17 +1,23 @@
-"""Cost of reward programs: compile time, bank evaluation next to an env step, TAC.
+"""Cost of reward programs: compile time, bank evaluation next to an env step, TAC, training.
 
-Usage: python experiments/bench_rewards.py [--envs 4096] [--steps 20] [--repeats 3]
+Usage: python experiments/bench_rewards.py [--envs 4096] [--steps 20] [--repeats 9]
 
-1. compile_reward per program (sandboxed: execute, trace and validate in the worker
-   subprocess), over the two library rewards and 64 offline proposals; the first call
-   also starts the worker and is reported on its own.
+Every reward runs as its exported artifact (what the caller runs since rewards stopped
+executing in the training process) and, side by side in the same run, as the same
+program's traced function called in-process (the way rewards ran before; built here
+from trusted library and proposer source with `build.in_process_call`).
+
+1. compile_reward per program (parse and policy here; execute, trace, export and
+   validate in a forked sandbox child), over the two library rewards and 64 offline
+   proposals; the first call also starts the worker and is reported on its own.
 2. A jitted scan of vmapped env steps (state only, 7 opponents) with and without a
    bank of N = 1, 16, 64 proposed rewards evaluated on every transition
    (`evaluate_all`), timed in interleaved rounds; and the bank alone on as many
-   transitions, as a fraction of the env step (the cleaner figure: fusing the bank
-   into the step also changes how XLA schedules the step).
+   transitions, as a fraction of the env step.
 3. TAC of N = 64 rewards over P = 4096 pairs of 150-step clips: compile, then the
    median of repeated jitted calls.
+4. A training job of 5 vmapped QR-SAC runs on the oval with a bank of 5 rewards:
+   compile time and seconds per epoch.
 """
 
 from __future__ import annotations
@@ -27,10 +33,15 @@ import numpy as np
 from common import print_table, write_results
 
 import jaxrace
-from jaxrace.rewards import Action, Clip, RaceView, RewardBank, compile_reward, propose, tac
+from jaxrace.agents.trainer import TrainConfig, make_train, train_many
+from jaxrace.rewards import Action, Clip, CompiledReward, RaceView, RewardBank, compile_reward, propose, tac
+from jaxrace.rewards.build import in_process_call
 from jaxrace.rewards.library import LIBRARY
 
+PATHS = ("exported", "in-process")
+
 TASK = "win the race cleanly from the back of the grid"
+LIBRARY_NAMES = tuple(LIBRARY)
 
 
 def bench_compile(sources: dict[str, str]) -> tuple[float, list[float], dict]:
@@ -93,6 +104,30 @@ def time_bank_alone(bank: RewardBank, clips: Clip, repeats: int) -> float:
     return statistics.median(times)
 
 
+def in_process_twin(reward: CompiledReward) -> CompiledReward:
+    """The same reward, but calling the program's traced function in this process (the old path)."""
+    return CompiledReward(name=reward.name, artifact=reward.artifact, call=in_process_call(reward.source))
+
+
+def bench_training(banks: dict[str, RewardBank], epochs: int, repeats: int) -> dict[str, tuple[float, float]]:
+    """{path: (compile s, median s per epoch)} for 5 vmapped runs, timed in interleaved rounds."""
+    env, params = jaxrace.make(track="oval", start="time_trial", laps=1000, time_limit=60.0)
+    config = TrainConfig(num_envs=16, rollout_steps=8, updates_per_epoch=8, batch_size=128, epochs=epochs)
+    trainers, compile_s = {}, {}
+    for path, bank in banks.items():
+        trainers[path] = make_train(config, env, params, bank)
+        t0 = time.perf_counter()
+        jax.block_until_ready(train_many(trainers[path], jax.random.key(0), list(range(5)))[1])
+        compile_s[path] = time.perf_counter() - t0
+    times = {path: [] for path in banks}
+    for r in range(repeats):
+        for path, trainer in trainers.items():
+            t0 = time.perf_counter()
+            jax.block_until_ready(train_many(trainer, jax.random.key(r + 1), list(range(5)))[1])
+            times[path].append((time.perf_counter() - t0) / epochs)
+    return {p: (compile_s[p] - statistics.median(times[p]) * epochs, statistics.median(times[p])) for p in banks}
+
+
 def random_clips(key, p: int, t: int) -> Clip:
     keys = iter(jax.random.split(key, 64))
     fields = {}
@@ -130,7 +165,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--envs", type=int, default=4096)
     parser.add_argument("--steps", type=int, default=20)
-    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--repeats", type=int, default=9)
+    parser.add_argument("--train-epochs", type=int, default=20)
     parser.add_argument("--pairs", type=int, default=4096)
     parser.add_argument("--clip-steps", type=int, default=150)
     args = parser.parse_args()
@@ -149,44 +185,74 @@ def main() -> None:
         {"name": f"compile_reward, max over {len(times)} programs", "value": round(max(times), 3), "unit": "s"},
     ]
 
+    twins = {name: in_process_twin(r) for name, r in compiled.items()}
+    kinds = {"exported": compiled, "in-process": twins}
+
     # Compile every variant first, then time them in interleaved rounds (the machine is noisy).
-    sizes = (0, 1, 16, 64)
-    banks = {n: RewardBank.from_compiled([compiled[p.name] for p in proposals[:n]]) if n else None for n in sizes}
-    variants = {n: compile_rollout(banks[n], args.envs, args.steps) for n in sizes}
-    timings = {n: [] for n in sizes}
+    sizes = (1, 16, 64)
+    banks = {(path, n): RewardBank.from_compiled([kinds[path][p.name] for p in proposals[:n]])
+             for path in PATHS for n in sizes}
+    variants = {None: compile_rollout(None, args.envs, args.steps)}
+    variants.update({key: compile_rollout(bank, args.envs, args.steps) for key, bank in banks.items()})
+    timings = {key: [] for key in variants}
     for r in range(args.repeats):
-        for n in sizes:
-            timings[n].append(variants[n][1](jax.random.key(10 + r)))
-    base = statistics.median(timings[0])
+        for key, (_, run) in variants.items():
+            timings[key].append(run(jax.random.key(10 + r)))
+    base = statistics.median(timings[None])
     transitions = random_clips(jax.random.key(5), args.envs, args.steps)  # envs x steps transitions
-    table = [["0 (env step only)", f"{base * 1e3:.2f} ms", "-", "-", f"{variants[0][0]:.1f} s"]]
+    table = [["0 (env step only)", "-", f"{base * 1e3:.2f} ms", "-", "-", f"{variants[None][0]:.1f} s"]]
     rows += [{"name": f"env step, {args.envs} envs x 8 cars", "value": round(base * 1e3, 3), "unit": "ms"},
-             {"name": "compile time, env step", "value": round(variants[0][0], 2), "unit": "s"}]
-    for n in sizes[1:]:
-        fused = statistics.median(timings[n])
-        alone = time_bank_alone(banks[n], transitions, args.repeats) / args.steps
-        table.append([n, f"{fused * 1e3:.2f} ms", f"{fused / base - 1:+.1%}", f"{alone / base:.1%}",
-                      f"{variants[n][0]:.1f} s"])
+             {"name": "compile time, env step", "value": round(variants[None][0], 2), "unit": "s"}]
+    for n in sizes:
+        for path in PATHS:
+            fused = statistics.median(timings[(path, n)])
+            alone = time_bank_alone(banks[(path, n)], transitions, args.repeats) / args.steps
+            table.append([n, path, f"{fused * 1e3:.2f} ms", f"{fused / base - 1:+.1%}", f"{alone / base:.1%}",
+                          f"{variants[(path, n)][0]:.1f} s"])
+            rows += [
+                {"name": f"env step + bank of {n} (fused), {args.envs} envs", "path": path,
+                 "value": round(fused * 1e3, 3), "unit": "ms"},
+                {"name": f"bank of {n} alone, {args.envs} transitions", "path": path, "value": round(alone * 1e3, 3),
+                 "unit": "ms"},
+                {"name": f"bank of {n} alone, relative to an env step", "path": path,
+                 "value": round(100 * alone / base, 2), "unit": "%"},
+                {"name": f"compile time, env step + bank of {n}", "path": path,
+                 "value": round(variants[(path, n)][0], 2), "unit": "s"},
+            ]
+        exported, baseline = (statistics.median(timings[(p, n)]) for p in PATHS)
+        rows.append({"name": f"env step + bank of {n} (fused): exported / in-process", "value":
+                     round(exported / baseline, 3), "unit": "x"})
+    print()
+    print_table(["reward candidates N", "reward path", f"env step + bank ({args.envs} envs, 8 cars)",
+                 "fused: added", "bank alone / env step", "compile"], table)
+
+    table = []
+    for path in PATHS:
+        bank64 = RewardBank.from_compiled([kinds[path][p.name] for p in proposals])
+        compile_s, t = bench_tac(bank64, args.pairs, args.clip_steps, args.repeats)
+        table.append([path, f"{t:.3f} s", f"{compile_s:.1f} s"])
         rows += [
-            {"name": f"env step + bank of {n} (fused), {args.envs} envs", "value": round(fused * 1e3, 3), "unit": "ms"},
-            {"name": f"bank of {n} alone, {args.envs} transitions", "value": round(alone * 1e3, 3), "unit": "ms"},
-            {"name": f"bank of {n} alone, relative to an env step", "value": round(100 * alone / base, 2),
-             "unit": "%"},
-            {"name": f"compile time, env step + bank of {n}", "value": round(variants[n][0], 2), "unit": "s"},
+            {"name": f"TAC, 64 rewards x {args.pairs} pairs x {args.clip_steps} steps", "path": path,
+             "value": round(t, 4), "unit": "s"},
+            {"name": "TAC compile time", "path": path, "value": round(compile_s, 2), "unit": "s"},
         ]
     print()
-    print_table(["reward candidates N", f"env step + bank ({args.envs} envs, 8 cars)", "fused: added",
-                 "bank alone / env step", "compile"], table)
+    print_table([f"TAC, N=64, P={args.pairs} x {args.clip_steps} steps", "per call", "compile"], table)
 
-    bank64 = RewardBank.from_compiled([compiled[p.name] for p in proposals])
-    compile_s, t = bench_tac(bank64, args.pairs, args.clip_steps, args.repeats)
-    print(f"\nTAC, N=64 rewards, P={args.pairs} pairs of {args.clip_steps}-step clips: {t:.3f} s "
-          f"(compile {compile_s:.1f} s)")
-    rows += [
-        {"name": f"TAC, 64 rewards x {args.pairs} pairs x {args.clip_steps} steps", "value": round(t, 4),
-         "unit": "s"},
-        {"name": "TAC compile time", "value": round(compile_s, 2), "unit": "s"},
-    ]
+    five = [LIBRARY_NAMES[0], LIBRARY_NAMES[1]] + [p.name for p in proposals[:3]]
+    training = bench_training({path: RewardBank.from_compiled([kinds[path][k] for k in five]) for path in PATHS},
+                              args.train_epochs, max(3, args.repeats // 3))
+    table = []
+    for path, (compile_s, per_epoch) in training.items():
+        table.append([path, f"{per_epoch * 1e3:.1f} ms", f"{compile_s:.1f} s"])
+        rows += [{"name": "training, 5 vmapped runs, seconds per epoch", "path": path,
+                  "value": round(per_epoch, 4), "unit": "s"},
+                 {"name": "training, 5 vmapped runs, compile time", "path": path, "value": round(compile_s, 2),
+                  "unit": "s"}]
+    rows.append({"name": "training epoch: exported / in-process", "value":
+                 round(training["exported"][1] / training["in-process"][1], 3), "unit": "x"})
+    print()
+    print_table(["training, 5 vmapped runs (oval)", "per epoch", "compile"], table)
     print(f"wrote {write_results(__file__, rows)}")
 
 

@@ -62,16 +62,20 @@ def _reward(args) -> int:
     status = 0
     for path in args.files:
         try:
-            r = compile_reward(Path(path).read_text(), name=Path(path).stem)
-        except OSError as err:
+            r = compile_reward(Path(path).read_text(encoding="utf-8"), name=Path(path).stem)
+        except (OSError, UnicodeDecodeError) as err:
             print(f"{path}: cannot read: {err}", file=sys.stderr)
             status = 1
         except RewardCompileError as err:
             print(f"{path}:{err.lineno or 0}: {err}", file=sys.stderr)
             status = 1
         else:
+            saved = ""
+            if args.out:
+                Path(args.out).mkdir(parents=True, exist_ok=True)
+                saved = f", artifact {r.save(Path(args.out) / (Path(path).stem + '.jaxreward'))}"
             print(f"{path}: ok, components {list(r.component_names)}, PARAMS {dict(r.params)}, "
-                  f"sha256 {r.sha256[:12]}")
+                  f"sha256 {r.sha256[:12]}{saved}")
     return status
 
 
@@ -91,6 +95,7 @@ def main(argv=None) -> int:
     reward_sub.add_parser("api", help="print the API text an LLM is shown")
     check = reward_sub.add_parser("check", help="compile reward programs (sandboxed) and report")
     check.add_argument("files", nargs="+", help="Python source files, each defining reward(prev, action, curr)")
+    check.add_argument("--out", default=None, help="write each compiled artifact to DIR/NAME.jaxreward")
     prop = reward_sub.add_parser("propose", help="write M programs from the offline proposer (not an LLM)")
     prop.add_argument("--task", default="win the race cleanly from the back of the grid")
     prop.add_argument("-m", type=int, default=8)

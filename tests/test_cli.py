@@ -1,4 +1,5 @@
 from jaxrace.cli import main
+from jaxrace.rewards import load_reward
 
 
 def test_race_prints_positions_and_lap_times(capsys):
@@ -28,10 +29,15 @@ def test_reward_propose_then_check_round_trips(tmp_path, capsys):
     bad = tmp_path / "bad.py"
     bad.write_text("def reward(prev, action, curr):\n    return curr.spd, {}\n")
     capsys.readouterr()
-    assert main(["reward", "check", *map(str, files), str(bad)]) == 1
+    out = tmp_path / "artifacts"
+    assert main(["reward", "check", *map(str, files), str(bad), "--out", str(out)]) == 1
     captured = capsys.readouterr()
     assert captured.out.count(": ok, components") == 2
     assert f"{bad}:2: policy error (line 2): RaceView has no field 'spd'; did you mean 'speed'?" in captured.err
+    # The artifacts load without the source being executed, and name their source.
+    loaded = load_reward(out / "offline-1.jaxreward")
+    assert loaded.source == files[0].read_text() and sorted(p.name for p in out.iterdir()) == [
+        "offline-1.jaxreward", "offline-2.jaxreward"]
 
 
 def test_reward_api_prints_the_llm_api(capsys):

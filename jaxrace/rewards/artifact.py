@@ -147,6 +147,7 @@ def load_call(artifact: RewardArtifact) -> Callable:
 
     `prev`, `action`, `curr` are a `RaceView`, an `Action` and a `RaceView` whose fields
     share leading axes [...] (none for one transition); `weights` broadcasts against them.
+    Raises `ArtifactError` if the exported functions do not load or are not pure.
     """
     try:
         forward = export.deserialize(artifact.forward)
@@ -155,23 +156,30 @@ def load_call(artifact: RewardArtifact) -> Callable:
         raise ArtifactError(f"the artifact's exported functions do not load: {type(e).__name__}: {e}") from None
     _check_exported(forward, "forward function", 2)
     _check_exported(vjp, "weights VJP", 1)
-    num_params = len(artifact.params)
     view_dtypes = [np.dtype(d) for _, d in artifact.layout["RaceView"]]
     action_dtypes = [np.dtype(d) for _, d in artifact.layout["Action"]]
-    dtypes = view_dtypes + action_dtypes + view_dtypes
-    forward_call, vjp_call = _batched_call(forward), _batched_call(vjp)
+    return make_call(_batched_call(forward), _batched_call(vjp), len(artifact.params),
+                     view_dtypes + action_dtypes + view_dtypes)
+
+
+def make_call(forward: Callable, weights_vjp: Callable, num_params: int, dtypes: list) -> Callable:
+    """A reward call over any leading axes from `forward`/`weights_vjp` over one flat batch.
+
+    `forward(weights f32[B, P], *fields [B]) -> (f32[B], f32[B, C])` and
+    `weights_vjp(weights, *fields, d_total, d_components) -> f32[B, P]`, with the fields in
+    `field_layout()` order and `dtypes` their dtypes. Gradients flow to the weights only.
+    """
 
     @jax.custom_vjp
     def run(weights, fields):
-        return forward_call(weights, *fields)
+        return forward(weights, *fields)
 
     def run_forward(weights, fields):
-        return forward_call(weights, *fields), (weights, fields)
+        return forward(weights, *fields), (weights, fields)
 
     def run_backward(residuals, cotangents):
         weights, fields = residuals
-        d_weights = vjp_call(weights, *fields, *cotangents)
-        return d_weights, jax.tree.map(jnp.zeros_like, fields)
+        return weights_vjp(weights, *fields, *cotangents), jax.tree.map(jnp.zeros_like, fields)
 
     run.defvjp(run_forward, run_backward)
 

@@ -5,9 +5,10 @@ policy (`jaxrace.rewards.policy`), execute the module in the curated namespace, 
 the entry point, export it (`jaxrace.rewards.artifact`), then validate the exported
 artifact (the bytes the caller will run, loaded the way the caller loads them) on
 synthetic transitions: finite everywhere (the extreme cases included), magnitude at
-most `Limits.max_magnitude` on ordinary cases, identical across call counts, batch sizes
-and two fresh executions of the source, and temporary memory bounded at the training
-batch size. Every failure is a `RewardCompileError` naming the stage, the line where
+most `Limits.max_magnitude` on ordinary cases, identical across call counts and batch
+sizes, temporary memory bounded at the training batch size, and a gradient w.r.t. the
+weights that runs. A second, fresh execution of the source must trace to the same
+computation. Every failure is a `RewardCompileError` naming the stage, the line where
 known, and the case.
 """
 
@@ -24,7 +25,7 @@ import numpy as np
 from jax import export
 
 from jaxrace.rewards.api import Action, RaceView
-from jaxrace.rewards.artifact import PLATFORMS, ArtifactError, RewardArtifact, load_call
+from jaxrace.rewards.artifact import PLATFORMS, ArtifactError, RewardArtifact, load_call, make_call
 from jaxrace.rewards.errors import PROGRAM_FILENAME, RewardCompileError
 from jaxrace.rewards.namespace import program_namespace
 from jaxrace.rewards.parse import ENTRY, parse_program
@@ -142,7 +143,11 @@ def _one(batch, i):
 
 def trace_program(source: str, info: ProgramInfo, fn: Callable) -> tuple[str, ...]:
     """Stage 4: trace one transition abstractly; check the result's types; returns component names."""
-    prev, action, curr, _ = synthetic_batch()
+    from jaxrace.rewards.api import field_dtypes
+
+    spec = jax.ShapeDtypeStruct  # shapes only: tracing here must not start JAX's runtime (see warm_up)
+    view = RaceView(**{k: spec((), d) for k, d in field_dtypes(RaceView).items()})
+    action = Action(**{k: spec((), d) for k, d in field_dtypes(Action).items()})
     order: list = []
 
     def traced(p, a, c, w):  # records the components' order (pytrees would sort dict keys)
@@ -150,9 +155,8 @@ def trace_program(source: str, info: ProgramInfo, fn: Callable) -> tuple[str, ..
         order.extend(out[1])
         return out
 
-    weights = jnp.zeros((len(info.params),), jnp.float32)
     try:
-        total, components = jax.eval_shape(traced, _one(prev, 0), _one(action, 0), _one(curr, 0), weights)
+        total, components = jax.eval_shape(traced, view, action, view, spec((len(info.params),), jnp.float32))
     except Exception as e:
         raise _fail("trace", e, source) from None
     if not hasattr(total, "shape") or total.shape != ():
@@ -177,7 +181,8 @@ def trace_program(source: str, info: ProgramInfo, fn: Callable) -> tuple[str, ..
 # ---------------------------------------------------------------------------- export
 
 
-def _forward(fn: Callable, info: ProgramInfo, names: tuple[str, ...]) -> Callable:
+def forward_function(fn: Callable, info: ProgramInfo, names: tuple[str, ...]) -> Callable:
+    """The program over a flat batch: `(weights f32[B, P], *fields [B]) -> (f32[B], f32[B, C])`."""
     views, acts = len(RACEVIEW_FIELDS), len(ACTION_FIELDS)
 
     def one(weights, prev, action, curr):
@@ -197,8 +202,7 @@ def _forward(fn: Callable, info: ProgramInfo, names: tuple[str, ...]) -> Callabl
     return forward
 
 
-def export_program(source: str, info: ProgramInfo, fn: Callable, names: tuple[str, ...], *, with_vjp: bool = True
-                   ) -> RewardArtifact:
+def export_program(source: str, info: ProgramInfo, fn: Callable, names: tuple[str, ...]) -> RewardArtifact:
     """Stage 5a: export the forward function and its VJP w.r.t. the weights over a symbolic batch.
 
     Source locations are left out of the exported modules (`jax_traceback_in_locations_limit`
@@ -211,7 +215,7 @@ def export_program(source: str, info: ProgramInfo, fn: Callable, names: tuple[st
     dtypes = [*field_dtypes(RaceView).values(), *field_dtypes(Action).values(), *field_dtypes(RaceView).values()]
     field_specs = [spec((b,), d) for d in dtypes]
     weight_spec = spec((b, len(info.params)), jnp.float32)
-    forward = _forward(fn, info, names)
+    forward = forward_function(fn, info, names)
 
     def weights_vjp(weights, *args):
         fields, (d_total, d_components) = args[:-2], args[-2:]
@@ -223,8 +227,7 @@ def export_program(source: str, info: ProgramInfo, fn: Callable, names: tuple[st
     try:
         exported = export.export(jax.jit(forward), platforms=PLATFORMS)(weight_spec, *field_specs).serialize()
         exported_vjp = export.export(jax.jit(weights_vjp), platforms=PLATFORMS)(
-            weight_spec, *field_specs, spec((b,), jnp.float32), spec((b, len(names)), jnp.float32)
-        ).serialize() if with_vjp else b""
+            weight_spec, *field_specs, spec((b,), jnp.float32), spec((b, len(names)), jnp.float32)).serialize()
     except Exception as e:
         raise _fail("trace", e, source) from None
     finally:
@@ -236,14 +239,20 @@ def export_program(source: str, info: ProgramInfo, fn: Callable, names: tuple[st
 # ---------------------------------------------------------------------------- validate
 
 
-def _concat(*batches):
-    return jax.tree.map(lambda *xs: jnp.concatenate(xs), *batches)
+def _concat(*batches):  # on the host: in a fresh worker child every eager JAX op would compile a kernel
+    return jax.tree.map(lambda *xs: np.concatenate([np.asarray(x) for x in xs]), *batches)
 
 
-def validate_artifact(artifact: RewardArtifact, again: RewardArtifact, limits: Limits) -> None:
+def _tile(batch, size: int):
+    return jax.tree.map(lambda x: np.resize(np.asarray(x), (size,) + x.shape[1:]), batch)
+
+
+def validate_artifact(artifact: RewardArtifact, limits: Limits) -> None:
     """Stage 5b: run the exported artifact as the caller will (see the module docstring).
 
-    `again` is the export of a second, fresh execution of the same source.
+    Two executables: the forward at the training batch size (the synthetic cases tiled to
+    fill it), whose temporary memory is measured and which runs twice; and one transition
+    with the gradient w.r.t. the weights (the batch size must not change a value).
     """
     try:
         call = load_call(artifact)
@@ -252,23 +261,21 @@ def validate_artifact(artifact: RewardArtifact, again: RewardArtifact, limits: L
     ordinary, extreme = synthetic_batch(), extreme_batch()
     prev, action, curr = (_concat(o, x) for o, x in zip(ordinary[:3], extreme[:3], strict=True))
     cases = ordinary[3] + extreme[3]
-    num_ordinary = len(ordinary[3])
-    weights = jnp.asarray([v for _, v in artifact.params], jnp.float32)
+    num_cases, num_ordinary = len(cases), len(ordinary[3])
+    size = max(limits.train_batch, num_cases)
+    weights = np.asarray([v for _, v in artifact.params], np.float32)
     names = artifact.component_names
 
-    @jax.jit
-    def evaluate(w, p, a, c):
-        """vmapped as the trainer does, differentiated as weight tuning does, and on a batch of 1."""
-        out = jax.vmap(call, in_axes=(None, 0, 0, 0))(w, p, a, c)
-        single = call(w, *(_one(x, slice(0, 1)) for x in (p, a, c)))
-        return out, single, jax.grad(lambda v: call(v, p, a, c)[0].sum())(w)
+    def single(w, *one):
+        return call(w, *one), jax.grad(lambda v: call(v, *one)[0].sum())(w)
 
     try:
-        (total, components), single, _ = jax.device_get(evaluate(weights, prev, action, curr))
-        repeat, _, _ = jax.device_get(evaluate(weights, prev, action, curr))
-        fresh = None
-        if again.forward != artifact.forward:
-            fresh = jax.device_get(jax.jit(load_call(again))(weights, prev, action, curr))
+        tiled = [_tile(x, size) for x in (prev, action, curr)]
+        big = jax.jit(call).lower(weights, *tiled).compile()
+        total, components = (np.asarray(x)[:num_cases] for x in big(weights, *tiled))
+        repeat = [np.asarray(x)[:num_cases] for x in big(weights, *tiled)]
+        one = [_one(x, slice(0, 1)) for x in (prev, action, curr)]
+        (one_total, one_components), _ = jax.device_get(jax.jit(single)(weights, *one))
     except RewardCompileError:
         raise
     except Exception as e:
@@ -288,44 +295,69 @@ def validate_artifact(artifact: RewardArtifact, again: RewardArtifact, limits: L
                 "input; guard divisions, e.g. x / jnp.maximum(d, 1e-3), logs, e.g. jnp.log(jnp.maximum(x, 1e-6)), "
                 "and arcsin/sqrt arguments with jnp.clip")
     both = np.concatenate([total[:num_ordinary, None], components[:num_ordinary]], axis=1)
-    big = np.abs(both) > limits.max_magnitude
-    if big.any():
-        i, j = np.unravel_index(int(np.argmax(big)), big.shape)
+    large = np.abs(both) > limits.max_magnitude
+    if large.any():
+        i, j = np.unravel_index(int(np.argmax(large)), large.shape)
         what = "the reward" if j == 0 else f"component '{names[j - 1]}'"
         raise RewardCompileError("validate", f"{what} is {both[i, j]:.3g} for the case '{cases[i]}'; at most "
                                  f"{limits.max_magnitude:g} in magnitude on ordinary transitions: scale it down")
     if not (np.array_equal(repeat[0], total) and np.array_equal(repeat[1], components)):
         raise RewardCompileError("validate", "the reward is not deterministic: two calls on the same input differ")
-    if fresh is not None and not (np.array_equal(fresh[0], total) and np.array_equal(fresh[1], components)):
-        raise RewardCompileError("validate", "the reward is not deterministic: two fresh executions of the "
-                                 "program give different results (does it keep state or depend on order?)")
-    if not (np.allclose(single[0], total[:1], rtol=1e-6, atol=1e-6)
-            and np.allclose(single[1], components[:1], rtol=1e-6, atol=1e-6)):
+    if not (np.allclose(one_total, total[:1], rtol=1e-6, atol=1e-6)
+            and np.allclose(one_components, components[:1], rtol=1e-6, atol=1e-6)):
         raise RewardCompileError("validate", "the reward depends on the batch size (a batch of 1 gives other "
                                  "values than a larger one)")
-    _check_memory(call, len(artifact.params), limits)
-
-
-def _check_memory(call: Callable, num_params: int, limits: Limits) -> None:
-    from jaxrace.rewards.api import field_dtypes
-
-    b = limits.train_batch
-    spec = jax.ShapeDtypeStruct
-    prev = RaceView(**{k: spec((b,), d) for k, d in field_dtypes(RaceView).items()})
-    action = Action(**{k: spec((b,), d) for k, d in field_dtypes(Action).items()})
-    try:
-        stats = jax.jit(call).lower(spec((num_params,), jnp.float32), prev, action, prev).compile().memory_analysis()
-    except Exception as e:
-        raise RewardCompileError("validate", f"the reward does not compile at the training batch size {b}: "
-                                 f"{type(e).__name__}: {str(e)[:200]}") from None
+    stats = big.memory_analysis()
     temp_mib = getattr(stats, "temp_size_in_bytes", 0) / (1 << 20) if stats is not None else 0.0
     if temp_mib > limits.max_temp_mib:
         raise RewardCompileError("validate", f"the reward needs {temp_mib:.0f} MiB of temporary memory for a batch "
-                                 f"of {b} transitions; at most {limits.max_temp_mib:g} MiB: a reward works on "
+                                 f"of {size} transitions; at most {limits.max_temp_mib:g} MiB: a reward works on "
                                  "scalars and must not build large arrays")
 
 
+def in_process_call(source: str) -> Callable:
+    """The program's traced function called directly, as `artifact.load_call` would call the export.
+
+    This executes the source in *this* process: for trusted source only (the benchmark
+    baseline that the exported path is measured against). No gradients.
+    """
+    from jaxrace.rewards.api import field_dtypes
+
+    info = check_policy(parse_program(source))
+    fn = execute_program(source, info)
+    names = trace_program(source, info, fn)
+    dtypes = [*field_dtypes(RaceView).values(), *field_dtypes(Action).values(), *field_dtypes(RaceView).values()]
+
+    def no_vjp(*args):
+        raise NotImplementedError("the in-process baseline has no gradients")
+
+    return make_call(forward_function(fn, info, names), no_vjp, len(info.params), dtypes)
+
+
 # ---------------------------------------------------------------------------- all stages
+
+
+def _jaxpr_text(forward: Callable, num_params: int) -> str:
+    """The traced computation of `forward` on a batch of 4, as text (no source locations in it)."""
+    from jaxrace.rewards.api import field_dtypes
+
+    spec = jax.ShapeDtypeStruct
+    dtypes = [*field_dtypes(RaceView).values(), *field_dtypes(Action).values(), *field_dtypes(RaceView).values()]
+    return str(jax.make_jaxpr(forward)(spec((4, num_params), jnp.float32), *(spec((4,), d) for d in dtypes)))
+
+
+def warm_up() -> None:
+    """Trace a library reward end to end without lowering it (starts no runtime threads).
+
+    The sandbox worker calls this before it forks, so that every child starts with
+    JAX's tracing caches warm.
+    """
+    from jaxrace.rewards.library import LIBRARY
+
+    source = LIBRARY["gt_sophy"]
+    info = check_policy(parse_program(source))
+    fn = execute_program(source, info)
+    _jaxpr_text(forward_function(fn, info, trace_program(source, info, fn)), len(info.params))
 
 
 def build_artifact(source: str, limits: Limits = Limits(), report: Callable[[str], None] = lambda stage: None
@@ -345,10 +377,12 @@ def build_artifact(source: str, limits: Limits = Limits(), report: Callable[[str
     report("execute")
     fn_again = execute_program(source, info)
     report("trace")
-    again = export_program(source, info, fn_again, trace_program(source, info, fn_again), with_vjp=False)
-    if again.component_names != names:
-        raise RewardCompileError("validate", "the component names differ between two fresh executions of the "
-                                 "program: build the dict the same way every time")
+    names_again = trace_program(source, info, fn_again)
+    num_params = len(info.params)
+    if names_again != names or _jaxpr_text(forward_function(fn_again, info, names), num_params) != _jaxpr_text(
+            forward_function(fn, info, names), num_params):
+        raise RewardCompileError("validate", "the reward is not deterministic: two fresh executions of the program "
+                                 "trace to different computations (does it keep state or depend on order?)")
     report("validate")
-    validate_artifact(artifact, again, limits)
+    validate_artifact(artifact, limits)
     return artifact

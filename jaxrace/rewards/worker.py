@@ -141,12 +141,9 @@ def serve(workdir: str) -> None:
         reply.write(json.dumps(message) + "\n")
         reply.flush()
 
-    import jax
-    import jax.numpy as jnp
+    from jaxrace.rewards.build import warm_up
 
-    import jaxrace.rewards.build  # noqa: F401 (imported before Landlock; also warms the import cache)
-
-    jax.eval_shape(lambda x: jnp.where(x > 0, jnp.sin(x), 0.0), 1.0)  # tracing only: starts no runtime threads
+    warm_up()  # imports everything before Landlock and warms JAX's tracing caches; starts no threads
     abi, landlock_why = isolation.apply_landlock(workdir)
     if landlock_why is None:
         levels.append(f"Landlock ABI {abi} (read-only system files, write only {workdir}"
