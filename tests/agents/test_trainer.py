@@ -4,6 +4,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from pins import digest
 
 import jaxrace
 from jaxrace.agents.trainer import HParams, TrainConfig, make_train, train_many
@@ -76,6 +77,19 @@ def test_a_failing_candidate_is_frozen_and_does_not_touch_the_others(trainer):
     first_failed = int(np.argmax(np.asarray(m_bad.failed[1])))
     assert first_failed >= 1  # warm-up epochs do no updates, so failure comes with the first update
     assert all(np.all(np.isfinite(np.asarray(x[1]))) for x in jax.tree.leaves(with_bad.actor))
+
+
+TRAINING_DIGEST = "ef4d2ad4f6f85eb123e6e10f"
+
+
+def test_a_short_training_chunk_is_bit_identical_to_the_pinned_one(trainer):
+    """Pinned before the trainer was split into modules; a refactor must not change it.
+
+    (The job shape is the one the failing-candidate test compiles, so this costs no compile.)
+    """
+    state, metrics, _ = train_many(trainer, jax.random.key(1), [0, 0], chunk_epochs=2)
+    got = digest((state.actor, state.critic, state.log_alpha, metrics))
+    assert got == TRAINING_DIGEST, f"training digest {got} != pinned {TRAINING_DIGEST}"
 
 
 def test_train_many_reports_progress_in_chunks(trainer):

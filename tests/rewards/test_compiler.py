@@ -176,11 +176,12 @@ def test_a_huge_allocation_fails_in_the_sandbox_not_the_caller():
 
 
 def test_temporary_memory_is_bounded_at_the_training_batch_size():
-    src = program("z = jnp.sort(jnp.arange(2048.0) * curr.speed)\nreturn z[0] + z[-1], {}")
-    with pytest.raises(RewardCompileError, match="MiB of temporary memory for a batch of 65536") as info:
-        compile_reward(src)
+    # 1024 floats sorted per transition: 16 MiB of temporaries for 4096 transitions.
+    src = program("z = jnp.sort(jnp.arange(1024.0) * curr.speed)\nreturn z[0] + z[-1], {}")
+    with pytest.raises(RewardCompileError, match="MiB of temporary memory for a batch of 4096") as info:
+        compile_reward(src, train_batch=4096, max_temp_mib=8)
     assert info.value.stage == "validate"
-    assert compile_reward(src, max_temp_mib=4096).component_names == ()
+    assert compile_reward(src, train_batch=4096, max_temp_mib=64).component_names == ()
 
 
 def test_recursion_is_reported():

@@ -1,0 +1,60 @@
+"""Pins: a short race rollout (state and pixels) gives bit-identical results across refactors.
+
+The digests were recorded before the env was split into modules. A change that moves
+code must leave them as they are; a change that means to alter the dynamics, or a JAX
+upgrade that changes float rounding, re-pins them on purpose:
+`PYTHONPATH=tests .venv/bin/python tests/envs/test_pinned.py` prints the current digests (the training
+chunk's pin is in tests/agents/test_trainer.py).
+"""
+
+import jax
+import jax.numpy as jnp
+from pins import digest
+
+import jaxrace
+
+ROLLOUT_DIGEST = "cc41659be2f2acc59ababc62"
+PIXELS_DIGEST = "7330ac395ff6536b2253ec5a"
+
+
+def rollout_outputs():
+    """40 steps of 4 envs, 3 AI opponents, scripted ego actions, auto-reset included."""
+    env, params = jaxrace.make(track="club", num_opponents=3, start="grid_back", time_limit=2.5)
+    step = jax.vmap(env.step, in_axes=(0, 0, 0, None))
+    _, state = jax.vmap(env.reset, in_axes=(0, None))(jax.random.split(jax.random.key(3), 4), params)
+
+    def body(state, i):
+        t = i.astype(jnp.float32)
+        action = jnp.stack([0.3 * jnp.sin(0.2 * t + jnp.arange(4.0)), jnp.full((4,), 0.9)], axis=-1)
+        obs, state, reward, terminated, truncated, info = step(
+            jax.random.split(jax.random.fold_in(jax.random.key(4), i), 4), state, action, params)
+        return state, (obs, reward, terminated, truncated, info["view"])
+
+    state, outs = jax.jit(lambda s: jax.lax.scan(body, s, jnp.arange(40)))(state)
+    return state, outs
+
+
+def pixel_outputs():
+    env, params = jaxrace.make(track="club", num_opponents=3, start="grid_back", pixels=True, image_size=(24, 32))
+    obs, state = env.reset(jax.random.key(5), params)
+    frames = [obs["pixels"]]
+    step = jax.jit(env.step)
+    for i in range(3):
+        obs, state, *_ = step(jax.random.key(i), state, jnp.array([0.1, 1.0]), params)
+        frames.append(obs["pixels"])
+    return jnp.stack(frames)
+
+
+def test_a_short_rollout_is_bit_identical_to_the_pinned_one():
+    got = digest(rollout_outputs())
+    assert got == ROLLOUT_DIGEST, f"rollout digest {got} != pinned {ROLLOUT_DIGEST} (see the module docstring)"
+
+
+def test_rendered_frames_are_bit_identical_to_the_pinned_ones():
+    got = digest(pixel_outputs())
+    assert got == PIXELS_DIGEST, f"pixels digest {got} != pinned {PIXELS_DIGEST} (see the module docstring)"
+
+
+if __name__ == "__main__":
+    print(f'ROLLOUT_DIGEST = "{digest(rollout_outputs())}"')
+    print(f'PIXELS_DIGEST = "{digest(pixel_outputs())}"')
