@@ -1,8 +1,9 @@
 """The racing simulator: tracks, GT3 vehicle dynamics, AI opponents, the race env."""
 
 from jaxrace.envs.circuits import BUILTIN_TRACKS, builtin_track, load_track_csv, procedural_track
-from jaxrace.envs.race import EnvParams, EnvState, RaceEnv, StaticParams
+from jaxrace.envs.race import RaceEnv
 from jaxrace.envs.registry import make, resolve_tracks
+from jaxrace.envs.state import EnvParams, EnvState, StaticParams
 from jaxrace.envs.track import Track, TrackError, reference_lap_time, stack_tracks
 from jaxrace.envs.vehicle import CarParams
 

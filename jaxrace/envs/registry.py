@@ -6,7 +6,8 @@ from functools import lru_cache
 from pathlib import Path
 
 from jaxrace.envs.circuits import BUILTIN_TRACKS, builtin_track, load_track_csv, procedural_track
-from jaxrace.envs.race import EnvParams, RaceEnv, StaticParams
+from jaxrace.envs.race import RaceEnv
+from jaxrace.envs.state import EnvParams, StaticParams
 from jaxrace.envs.track import Track, stack_tracks
 
 ENV_IDS = ("race",)

@@ -13,7 +13,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxrace.envs.race import EnvParams, EnvState, RaceEnv
+from jaxrace.envs.observation import edge_margin, is_off_course
+from jaxrace.envs.race import RaceEnv
+from jaxrace.envs.state import EnvParams, EnvState
 from jaxrace.envs.track import track_slice
 
 
@@ -37,10 +39,9 @@ def race_record(state: EnvState, params: EnvParams) -> RaceRecord:
     """The RaceRecord row (arrays [C]) of one state."""
     c = state.cars
     here = track_slice(params.tracks, state.track_index).row(c.station)
-    edge = jnp.minimum(here.width_left - c.lateral, here.width_right + c.lateral)
     return RaceRecord(
         laps=c.laps, last_lap=c.last_lap, rank=c.rank, finished=c.finished, finish_time=c.finish_time,
-        off_course=(edge < -params.course_out_margin) & state.active, wall_contact=c.wall_contact,
+        off_course=is_off_course(edge_margin(here, c.lateral), params) & state.active, wall_contact=c.wall_contact,
         hit_other_from_behind=c.hit_other_from_behind, hit_from_behind=c.hit_from_behind,
         side_contact=c.side_contact, active=state.active,
     )

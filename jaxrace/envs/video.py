@@ -14,8 +14,11 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from jaxrace.envs.race import EnvParams, EnvState, RaceEnv
+from jaxrace.envs.laps import gaps
+from jaxrace.envs.race import RaceEnv
 from jaxrace.envs.render import CLASS, PALETTE, PALETTE32, make_renderer, make_textures
+from jaxrace.envs.state import EnvParams, EnvState
+from jaxrace.rewards.api import NO_GAP
 
 VIDEO_SIZE = (180, 320)  # (H, W)
 MAP_SIZE = 64  # px, the picture-in-picture map
@@ -55,13 +58,13 @@ def overlay(frames: np.ndarray, states: EnvState, params: EnvParams, car: int = 
     track = int(max(np.asarray(states.track_index).ravel()[0], 0))
     base_map, origin, metres = _track_map(params, track)
     laps_total = int(np.asarray(params.laps))
+    gap_ahead = np.asarray(jax.vmap(gaps, in_axes=(0, 0, 0, None))(c.progress, c.rank, active, car)[0])
     for t in range(frames.shape[0]):
         image = Image.fromarray(frames[t])
         draw = ImageDraw.Draw(image)
         speed = float(np.hypot(c.body.vx[t, car], c.body.vy[t, car])) * 3.6
         rank = int(c.rank[t, car])
-        ahead = active[t] & (c.rank[t] == rank - 1)
-        gap = f"{float(c.progress[t, ahead.argmax()] - c.progress[t, car]):.0f} m" if ahead.any() else "-"
+        gap = f"{float(gap_ahead[t]):.0f} m" if gap_ahead[t] < NO_GAP else "-"
         lap = min(int(c.laps[t, car]) + 1, laps_total)
         text = f"{speed:3.0f} km/h  lap {lap}/{laps_total}  P{rank}/{int(active[t].sum())}  gap {gap}"
         draw.rectangle([0, 0, image.width, 12], fill=(0, 0, 0))

@@ -6,7 +6,7 @@ import pytest
 
 import jaxrace
 from jaxrace.envs import StaticParams, builtin_track, stack_tracks
-from jaxrace.envs.race import _lap_bookkeeping, _ranks
+from jaxrace.envs.laps import lap_bookkeeping, ranks
 from jaxrace.rewards.api import NO_GAP, RaceView
 
 
@@ -247,7 +247,7 @@ def test_ranks_and_lap_bookkeeping_on_scripted_progress(grid):
     )
     active = jnp.array([True] * 6 + [False, False])
     # Finished first; equal progress goes to the lower index; inactive cars last.
-    np.testing.assert_array_equal(np.asarray(_ranks(cars, active)), [5, 2, 3, 4, 6, 1, 7, 8])
+    np.testing.assert_array_equal(np.asarray(ranks(cars, active)), [5, 2, 3, 4, 6, 1, 7, 8])
 
     length = 1000.0
     cars = state.cars._replace(
@@ -256,7 +256,7 @@ def test_ranks_and_lap_bookkeeping_on_scripted_progress(grid):
         lap_start=jnp.array([0.0, 0.0, 30.0, 0.0, 0.0, 0.0, 0.0, 0.0]),
     )
     prev = jnp.array([990.0, 980.0, 1995.0, -15.0, 0.0, 0.0, 0.0, 0.0])
-    out = _lap_bookkeeping(cars, prev, jnp.float32(60.0), 0.1, jnp.float32(length), jnp.int32(2))
+    out = lap_bookkeeping(cars, prev, jnp.float32(60.0), 0.1, jnp.float32(length), jnp.int32(2))
     np.testing.assert_array_equal(np.asarray(out.laps[:4]), [1, 0, 2, 0])
     # Car 0 crossed halfway through the step; car 2 finished its second lap.
     np.testing.assert_allclose(float(out.last_lap[0]), 60.05, rtol=1e-6)

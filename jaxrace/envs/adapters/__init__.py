@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import importlib
 
-from jaxrace.envs.race import EnvParams, RaceEnv
+from jaxrace.envs.race import RaceEnv
 from jaxrace.envs.registry import make
+from jaxrace.envs.state import EnvParams
 
 _EXPORTS = {
     "BraxRaceEnv": "jaxrace.envs.adapters.brax_env",

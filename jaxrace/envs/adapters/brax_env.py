@@ -11,7 +11,8 @@ from brax.envs.base import Env, State
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from jaxrace.envs.adapters import env_and_params
-from jaxrace.envs.race import EnvParams, RaceEnv
+from jaxrace.envs.race import RaceEnv
+from jaxrace.envs.state import EnvParams
 from jaxrace.rewards.api import RaceView
 
 

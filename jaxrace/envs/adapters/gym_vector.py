@@ -12,7 +12,8 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
 from jaxrace.envs.adapters import env_and_params
-from jaxrace.envs.race import EnvParams, RaceEnv
+from jaxrace.envs.race import RaceEnv
+from jaxrace.envs.state import EnvParams
 
 
 class GymVectorRaceEnv(VectorEnv):

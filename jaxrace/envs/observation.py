@@ -1,0 +1,128 @@
+"""What the ego car's agent and its reward see: the RaceView, proprio and privileged features."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from jaxrace.envs.laps import gaps
+from jaxrace.envs.state import EnvParams, EnvState, StaticParams
+from jaxrace.envs.track import StationRow, TrackSlice
+from jaxrace.envs.xla_cpu import smallest_k
+from jaxrace.rewards.api import RaceView
+
+PROPRIO_SIZE = 20
+
+
+def observation_shapes(static: StaticParams) -> dict[str, tuple[int, ...]]:
+    """Shapes of the observation dict's entries (float32; "pixels" is uint8)."""
+    shapes = {"proprio": (PROPRIO_SIZE,), "privileged": (4 * static.lookahead_points + 5 * static.num_slots,)}
+    if static.pixels:
+        shapes["pixels"] = (*static.image_size, 3)
+    return shapes
+
+
+def edge_margin(row: StationRow, lateral: jax.Array) -> jax.Array:
+    """m from a car's centre to the nearer track edge at `row` (negative outside)."""
+    return jnp.minimum(row.width_left - lateral, row.width_right + lateral)
+
+
+def is_off_course(edge: jax.Array, params: EnvParams) -> jax.Array:
+    """A car is off course when it is beyond an edge by more than the course-out margin."""
+    return edge < -params.course_out_margin
+
+
+def race_view(state: EnvState, params: EnvParams, ts: TrackSlice) -> RaceView:
+    """The ego car's RaceView of `state` on the track slice `ts` (scalar fields)."""
+    c = state.cars
+    e = 0  # the ego car
+    here = ts.row(c.station[e])
+    lateral = c.lateral[e]
+    edge = edge_margin(here, lateral)
+    kerb = jnp.where(lateral > 0, here.kerb_left, here.kerb_right)
+    gap_ahead, gap_behind = gaps(c.progress, c.rank, state.active, e)
+    return RaceView(
+        progress=c.progress[e],
+        lap_progress=c.arc[e] / ts.length,
+        speed=c.body.speed[e],
+        longitudinal_accel=c.ax[e],
+        lateral_accel=c.ay[e],
+        lateral_offset=lateral,
+        edge_margin=edge,
+        heading_error=c.heading_error[e],
+        off_course=is_off_course(edge, params),
+        on_kerb=(edge < 0) & (edge >= -kerb),
+        wall_contact=c.wall_contact[e],
+        tyre_slip=jnp.maximum(jnp.abs(c.slip_front[e]), jnp.abs(c.slip_rear[e])),
+        hit_from_behind=c.hit_from_behind[e],
+        hit_other_from_behind=c.hit_other_from_behind[e],
+        side_contact=c.side_contact[e],
+        rank=c.rank[e],
+        start_rank=c.start_rank[e],
+        num_cars=jnp.sum(state.active).astype(jnp.int32),
+        gap_ahead=gap_ahead.astype(jnp.float32),
+        gap_behind=gap_behind.astype(jnp.float32),
+        laps=c.laps[e],
+        lap_time=state.time - c.lap_start[e],
+        last_lap_time=c.last_lap[e],
+        time=state.time,
+        finished=c.finished[e],
+        reference_speed=here.ref_speed,
+    )
+
+
+
+def observation(static: StaticParams, state: EnvState, params: EnvParams, ts: TrackSlice) -> dict[str, jax.Array]:
+    """{"proprio": f32[PROPRIO_SIZE], "privileged": f32[4 L + 5 K]} for the ego car.
+
+    proprio (the car's own senses): speed/50, vx/50, vy/10, ax/20, ay/20, yaw rate/2,
+    steering angle / lock, previous action (2), front and rear slip angles x 5,
+    off-course, on-kerb, wall contact, any car contact, lateral offset / half
+    width, heading error, lap progress in [0, 1), race progress (laps done / laps),
+    race position in [0, 1] (0 = leading).
+    privileged (for the critic): L track-edge stations ahead, every
+    `lookahead_spacing` m, as left (x, y) and right (x, y) in the car frame / 100 m;
+    then the K nearest active opponents (nearest first) as relative position / 50 m,
+    relative velocity / 20 m/s (car frame) and a presence flag.
+    `ts` is the track slice of `state.track_index`. Pixels are added by `RaceEnv`.
+    """
+    s = static
+    c = state.cars
+    v = state.view
+    body = jax.tree.map(lambda a: a[0], c.body)
+    here = ts.row(c.station[0])
+    half_width = 0.5 * (here.width_left + here.width_right)
+    contact = v.hit_from_behind | v.hit_other_from_behind | v.side_contact
+    proprio = jnp.stack([
+        v.speed / 50.0, body.vx / 50.0, body.vy / 10.0, c.ax[0] / 20.0, c.ay[0] / 20.0, body.yaw_rate / 2.0,
+        body.steer / params.car.max_steer, c.prev_action[0, 0], c.prev_action[0, 1],
+        5.0 * c.slip_front[0], 5.0 * c.slip_rear[0],
+        v.off_course, v.on_kerb, v.wall_contact, contact, v.lateral_offset / half_width, v.heading_error,
+        v.lap_progress, c.laps[0] / jnp.maximum(params.laps, 1), (v.rank - 1) / jnp.maximum(v.num_cars - 1, 1),
+    ]).astype(jnp.float32)
+
+    cos_y, sin_y = jnp.cos(body.yaw), jnp.sin(body.yaw)
+
+    def to_car(dx, dy):
+        return cos_y * dx + sin_y * dy, -sin_y * dx + cos_y * dy
+
+    arcs = c.arc[0] + s.lookahead_spacing * jnp.arange(s.lookahead_points)
+    ahead = ts.row(jnp.floor(arcs / (ts.length / ts.n)).astype(jnp.int32))
+    left = to_car(ahead.x + ahead.width_left * ahead.nx - body.x, ahead.y + ahead.width_left * ahead.ny - body.y)
+    right = to_car(ahead.x - ahead.width_right * ahead.nx - body.x,
+                   ahead.y - ahead.width_right * ahead.ny - body.y)
+    edge_feat = jnp.stack([left[0], left[1], right[0], right[1]], axis=-1).reshape(-1) / 100.0
+
+    parts = [edge_feat]
+    if s.num_slots:
+        dx, dy = c.body.x - body.x, c.body.y - body.y
+        dist = jnp.where(state.active & (jnp.arange(s.num_cars) > 0), jnp.hypot(dx, dy), jnp.inf)
+        nearest = smallest_k(dist, s.num_slots)
+        wvx = c.body.vx * jnp.cos(c.body.yaw) - c.body.vy * jnp.sin(c.body.yaw)
+        wvy = c.body.vx * jnp.sin(c.body.yaw) + c.body.vy * jnp.cos(c.body.yaw)
+        px, py = to_car(dx[nearest], dy[nearest])
+        rvx, rvy = to_car(wvx[nearest] - wvx[0], wvy[nearest] - wvy[0])
+        present = jnp.isfinite(dist[nearest])
+        slots = jnp.stack([px / 50.0, py / 50.0, rvx / 20.0, rvy / 20.0, jnp.ones_like(px)], axis=-1)
+        parts.append(jnp.where(present[:, None], slots, 0.0).reshape(-1))
+    return {"proprio": proprio, "privileged": jnp.concatenate(parts).astype(jnp.float32)}

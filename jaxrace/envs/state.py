@@ -1,0 +1,147 @@
+"""The env's data: static configuration, traced parameters and episode state (Craftax's three tiers).
+
+`StaticParams` fixes shapes and code paths (hashable; changing it recompiles),
+`EnvParams` holds traced values (vmappable for sweeps and domain randomisation) and
+`EnvState` everything that changes during an episode. Per-car arrays have shape [C]
+with the ego car at index 0.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+from flax import struct
+
+from jaxrace.envs.render import TrackTextures
+from jaxrace.envs.track import Track
+from jaxrace.envs.vehicle import CarParams, VehicleState
+from jaxrace.rewards.api import RaceView
+
+START_MODES = ("time_trial", "grid_back", "random")
+MAX_OPPONENTS = 19
+
+
+@dataclasses.dataclass(frozen=True)
+class StaticParams:
+    """Configuration that fixes shapes or code paths; changing it recompiles."""
+
+    num_opponents: int = 7  # cars driven by the AI (maximum; EnvParams masks them)
+    start: str = "grid_back"  # "time_trial", "grid_back" or "random"
+    dt: float = 0.1  # s per agent step (10 Hz)
+    substeps: int = 6  # physics substeps per agent step (60 Hz)
+    lookahead_points: int = 30  # track-edge stations ahead in the privileged observation
+    lookahead_spacing: float = 10.0  # m between them
+    opponent_slots: int = 6  # nearest opponents in the privileged observation
+    pixels: bool = False  # add obs["pixels"], uint8[H, W, 3] from the ego camera
+    image_size: tuple[int, int] = (64, 64)  # (H, W)
+    camera: str = "chase"  # "chase" (behind and above, looking ahead) or "topdown"
+    texture_size: int = 1024  # texels per side of each track's ground texture
+
+    def __post_init__(self):
+        if not 0 <= self.num_opponents <= MAX_OPPONENTS:
+            raise ValueError(f"num_opponents must be in [0, {MAX_OPPONENTS}], got {self.num_opponents}")
+        if self.start not in START_MODES:
+            raise ValueError(f"start must be one of {START_MODES}, got {self.start!r}")
+        if self.start == "time_trial" and self.num_opponents:
+            raise ValueError("start='time_trial' races alone: use num_opponents=0")
+        if self.camera not in ("chase", "topdown"):
+            raise ValueError(f"camera must be 'chase' or 'topdown', got {self.camera!r}")
+        if len(self.image_size) != 2 or min(self.image_size) < 8:
+            raise ValueError(f"image_size must be (H, W) with both at least 8, got {self.image_size}")
+        object.__setattr__(self, "image_size", tuple(int(x) for x in self.image_size))
+        if self.substeps < 1 or self.dt <= 0:
+            raise ValueError(f"need substeps >= 1 and dt > 0, got substeps={self.substeps}, dt={self.dt}")
+
+    @property
+    def num_cars(self) -> int:
+        return 1 + self.num_opponents
+
+    @property
+    def num_slots(self) -> int:
+        return min(self.opponent_slots, self.num_opponents)
+
+
+@struct.dataclass
+class EnvParams:
+    """Traced parameters: vmappable for sweeps and domain randomisation.
+
+    Per-car arrays have shape [C] with the ego car at index 0.
+    """
+
+    tracks: Track  # one Track or several stacked (leading axis T)
+    track_index: jax.Array  # i32, which stacked track; -1 draws one at every reset
+    car: CarParams  # the base car (scalar fields)
+    mass_scale: jax.Array  # f32[C], balance of performance
+    power_scale: jax.Array  # f32[C]
+    grip_scale: jax.Array  # f32[C]
+    skill: jax.Array  # f32[C], AI target speed / reference speed (index 0 unused)
+    aggression: jax.Array  # f32[C] in [0, 1]
+    num_active_opponents: jax.Array  # i32, opponents taking part (<= num_opponents)
+    laps: jax.Array  # i32, race distance in laps
+    time_limit: jax.Array  # f32, s, truncation
+    course_out_margin: jax.Array  # f32, m beyond the edge that counts as a course-out
+    terminate_on_course_out: jax.Array  # bool
+    random_start_speed: jax.Array  # f32[2], random starts: speed range / reference speed
+    kerb_grip: jax.Array  # f32, grip factor on kerbs
+    offtrack_grip: jax.Array  # f32, grip factor on grass
+    offtrack_drag: jax.Array  # f32, extra rolling-drag coefficient on grass
+    wall_restitution: jax.Array  # f32, bounce of the normal speed at a wall
+    wall_friction: jax.Array  # f32, speed lost at a wall per unit of normal/tangential speed
+    car_restitution: jax.Array  # f32, bounce in car-car contacts
+    textures: TrackTextures | None = None  # render data per track; None unless static.pixels
+
+
+class CarsState(NamedTuple):
+    """Per-car race state; every field has shape [C]."""
+
+    body: VehicleState
+    station: jax.Array  # i32, track segment
+    arc: jax.Array  # f32, m along the lap, [0, length)
+    lateral: jax.Array  # f32, m from the centre line (+ left)
+    heading_error: jax.Array  # f32, rad
+    progress: jax.Array  # f32, m from the start line, unwrapped
+    lap_origin: jax.Array  # f32, progress where lap counting starts
+    laps: jax.Array  # i32, laps completed
+    lap_start: jax.Array  # f32, s, time the current lap started
+    last_lap: jax.Array  # f32, s (0 = none yet)
+    best_lap: jax.Array  # f32, s (0 = none yet)
+    finished: jax.Array  # bool
+    finish_time: jax.Array  # f32, s
+    prev_action: jax.Array  # f32[C, 2]
+    ax: jax.Array  # f32, m/s^2 (body frame)
+    ay: jax.Array  # f32, m/s^2
+    slip_front: jax.Array  # f32, rad
+    slip_rear: jax.Array  # f32, rad
+    lane: jax.Array  # f32, m, AI lane offset from the race line
+    wall_contact: jax.Array  # bool, during the last step
+    hit_from_behind: jax.Array  # bool, during the last step
+    hit_other_from_behind: jax.Array  # bool, during the last step
+    side_contact: jax.Array  # bool, during the last step
+    start_rank: jax.Array  # i32
+    rank: jax.Array  # i32
+
+
+@struct.dataclass
+class EnvState:
+    """Everything that changes during an episode."""
+
+    cars: CarsState
+    active: jax.Array  # bool[C]
+    track_index: jax.Array  # i32
+    time: jax.Array  # f32, s
+    steps: jax.Array  # i32
+    bad_actions: jax.Array  # i32, NaN or out-of-range ego actions this episode
+    view: RaceView  # the ego car's view of the current state
+
+
+def select_tree(cond, a, b):
+    """Selects between two pytrees; `cond` broadcasts against leading axes."""
+
+    def pick(x, y):
+        c = jnp.reshape(cond, jnp.shape(cond) + (1,) * (jnp.ndim(x) - jnp.ndim(cond)))
+        return jnp.where(c, x, y)
+
+    return jax.tree.map(pick, a, b)
