@@ -33,7 +33,7 @@ import numpy as np
 from common import print_table, write_results
 
 import jaxrace
-from jaxrace.agents.trainer import TrainConfig, make_train, train_many
+from jaxrace.agents import TrainConfig, make_train, train_many
 from jaxrace.rewards import Action, Clip, CompiledReward, RaceView, RewardBank, compile_reward, propose, tac
 from jaxrace.rewards.build import in_process_call
 from jaxrace.rewards.library import LIBRARY

@@ -31,7 +31,7 @@ from brax.training.agents.ppo import train as ppo
 from common import print_table, write_results
 
 import jaxrace
-from jaxrace.agents.trainer import TrainConfig, make_train, train_many
+from jaxrace.agents import TrainConfig, make_train, train_many
 from jaxrace.envs.adapters import BraxRaceEnv
 from jaxrace.envs.adapters.brax_env import brax_training_compat
 from jaxrace.envs.rollouts import trajectory

@@ -27,11 +27,11 @@ import numpy as np
 from common import RESULTS, print_table, write_results
 
 import jaxrace
+from jaxrace.agents import HParams, TrainConfig, make_train
 from jaxrace.agents.checkpoint import save_checkpoint
 from jaxrace.agents.evaluation import evaluate
 from jaxrace.agents.networks import NetworkConfig
-from jaxrace.agents.trainer import HParams, TrainConfig, make_train, per_env_params
-from jaxrace.envs import builtin_track, reference_lap_time
+from jaxrace.envs import builtin_track, per_env_params, reference_lap_time
 from jaxrace.rewards import RewardBank, library_reward
 
 SKILL = 0.9

@@ -1,12 +1,21 @@
-"""QR-SAC losses and n-step targets as pure functions (GT Sophy's critic, as in nnabla-rl's QRSAC).
+"""QR-SAC losses and n-step targets (GT Sophy's critic, as in nnabla-rl's QRSAC), and `make_losses`.
 
-Shapes are for one transition; vmap over a batch. K is the number of quantiles.
+The pure functions' shapes are for one transition; vmap over a batch. K is the number
+of quantiles. `make_losses(config, actor, critic, reward_fn)` returns the loss of a
+batch of replayed sequences (in the style of brax's SAC `make_losses`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import NamedTuple
+
 import jax
 import jax.numpy as jnp
+
+from jaxrace.agents.config import HParams, TrainConfig
+from jaxrace.agents.networks import Actor, TwinCritic, actor_sequence, sample_action
+from jaxrace.agents.replay import Transition, next_frames
 
 
 def quantile_midpoints(num_quantiles: int) -> jax.Array:
@@ -100,3 +109,103 @@ def n_step_targets(rewards: jax.Array, terminated: jax.Array, truncated: jax.Arr
         return returns, jnp.where(terminated[last], 0.0, discount), last
 
     return jax.vmap(one)(steps)
+
+
+class Losses(NamedTuple):
+    """Mean losses over a batch of sequences."""
+
+    critic: jax.Array
+    actor: jax.Array
+    alpha: jax.Array
+    max_abs_reward: jax.Array  # of the sampled (unscaled) rewards
+
+
+def make_losses(config: TrainConfig, actor: Actor, critic: TwinCritic, reward_fn: Callable) -> Callable:
+    """The loss of a batch of replayed sequences.
+
+    Args:
+        config: the trainer's configuration (sequence layout, n-step, recurrence, pixels).
+        actor, critic: the networks.
+        reward_fn: (reward_index i32[], reward_params f32[P], prev RaceView, action f32[2],
+            view RaceView) -> f32[]: the run's reward of one transition.
+
+    Returns:
+        `loss_fn(nets, target_params, batch, reward_index, reward_params, hparams, key) -> Losses`
+        with `nets` = (actor_params, critic_params, log_alpha) and `batch` a Transition
+        [B, sequence_length]. Every loss stops the gradients it must not send, so their
+        sum trains each network on its own loss.
+    """
+    net = config.network
+    pixels = net.actor_input == "pixels"
+    burn, trained = config.burn_in_steps, config.trained_steps
+    no_reset = jnp.zeros((), bool)
+
+    def actor_step(actor_params, carry, obs, reset):
+        return actor.apply(actor_params, carry, obs, reset)
+
+    def actor_over_sequence(actor_params, seq: Transition):
+        """The actor's outputs at the trained steps and its state after every step from the burn-in on.
+
+        Returns (mean, log_std) f32[trained, 2] and carries f32[seq_len - burn, G], where
+        carries[i] is the state after step burn + i (what the next action is drawn with).
+        """
+        if not net.recurrent:
+            obs = jax.tree.map(lambda x: x[:trained], seq.obs)
+            _, (mean, log_std) = jax.vmap(actor_step, in_axes=(None, 0, 0, 0))(
+                actor_params, seq.carry[:trained], obs, seq.reset[:trained])
+            return mean, log_std, seq.carry[burn:]  # empty states (G = 0)
+
+        carry = seq.carry[0]
+        if burn:
+            # Burn-in: replay the stored state forward to the first trained step; no gradients.
+            carry, _ = actor_sequence(actor, actor_params, carry, *jax.tree.map(lambda x: x[:burn],
+                                                                                 (seq.obs, seq.reset)))
+            carry = jax.lax.stop_gradient(carry)
+        _, (carries, (mean, log_std)) = actor_sequence(actor, actor_params, carry,
+                                                       *jax.tree.map(lambda x: x[burn:], (seq.obs, seq.reset)))
+        return mean[:trained], log_std[:trained], carries
+
+    def loss_fn(nets, target_params, batch: Transition, reward_index, reward_params, hparams: HParams, key) -> Losses:
+        """Mean critic, actor and temperature losses over a batch of sequences [B, seq_len]."""
+        actor_params, critic_params, log_alpha = nets
+        alpha = jnp.exp(log_alpha)
+        steps = burn + jnp.arange(trained)
+
+        def one(seq, key):
+            k_next, k_pi = jax.random.split(key)
+            rewards = jax.vmap(lambda p, a, v: reward_fn(reward_index, reward_params, p, a, v))(
+                seq.prev_view, seq.action, seq.view)
+            returns, disc, last = n_step_targets(hparams.reward_scale * rewards, seq.terminated, seq.truncated,
+                                                 config.n_step, hparams.discount)
+            mean, log_std, carries = actor_over_sequence(actor_params, seq)
+            obs = jax.tree.map(lambda x: x[steps], seq.obs)
+            # Bootstrap from the next observation of each trained step's last n-step transition,
+            # with the actor state after that transition.
+            boot = last[steps]
+            boot_obs = jax.tree.map(lambda x: x[boot], seq.next_obs)
+            if pixels:
+                boot_obs["pixels"] = next_frames(seq, boot)
+            boot_carry = carries[boot - burn] if net.recurrent else carries[:trained]
+            _, (next_mean, next_log_std) = jax.vmap(actor_step, in_axes=(None, 0, 0, None))(
+                actor_params, boot_carry, boot_obs, no_reset)
+            next_action, next_logp = jax.vmap(sample_action)(next_mean, next_log_std,
+                                                             jax.random.split(k_next, trained))
+            next_q = critic.apply(target_params, boot_obs, next_action)  # [2, trained, K]
+            target = jax.vmap(critic_target, in_axes=(0, 0, 0, 0, 0, None))(
+                next_q[0], next_q[1], next_logp, returns[steps], disc[steps], jax.lax.stop_gradient(alpha))
+            q = critic.apply(critic_params, obs, seq.action[steps])
+            critic_loss = jnp.mean(jax.vmap(quantile_huber_loss)(q[0], target)
+                                   + jax.vmap(quantile_huber_loss)(q[1], target))
+            action, logp = jax.vmap(sample_action)(mean, log_std, jax.random.split(k_pi, trained))
+            q_pi = critic.apply(jax.lax.stop_gradient(critic_params), obs, action)  # trains the actor only
+            actor_loss = jnp.mean(jax.vmap(policy_loss, in_axes=(0, 0, 0, None))(q_pi[0], q_pi[1], logp, alpha))
+            alpha_loss = jnp.mean(jax.vmap(temperature_loss, in_axes=(None, 0, None))(
+                log_alpha, logp, hparams.target_entropy))
+            return critic_loss, actor_loss, alpha_loss, jnp.max(jnp.abs(rewards))
+
+        b = batch.action.shape[0]
+        critic_losses, actor_losses, alpha_losses, max_rewards = jax.vmap(one)(batch, jax.random.split(key, b))
+        return Losses(critic=jnp.mean(critic_losses), actor=jnp.mean(actor_losses), alpha=jnp.mean(alpha_losses),
+                      max_abs_reward=jnp.max(max_rewards))
+
+    return loss_fn

@@ -39,6 +39,11 @@ class NetworkConfig:
         if self.num_quantiles < 1 or self.hidden < 1 or self.gru_size < 1:
             raise ValueError("num_quantiles, hidden and gru_size must be positive")
 
+    @property
+    def carry_size(self) -> int:
+        """The actor's recurrent state per env: gru_size with a GRU, 0 without (nothing stored)."""
+        return self.gru_size if self.recurrent else 0
+
 
 class Encoder(nn.Module):
     """obs dict -> f32[..., hidden]: the actor's view (pixels or state, with proprio)."""
@@ -81,15 +86,18 @@ class Actor(nn.Module):
         return carry, (mean, log_std)
 
 
-class ActorSequence(nn.Module):
-    """The actor over a time axis (leading axis T of obs and reset): nn.scan of `Actor`."""
+def actor_sequence(actor: Actor, params, carry: jax.Array, obs: dict, reset: jax.Array):
+    """The actor over a leading time axis T of `obs` and `reset`, from `carry` f32[..., G].
 
-    config: NetworkConfig
+    Returns (final carry, (carries f32[T, ..., G], (mean, log_std) f32[T, ..., 2])), where
+    carries[t] is the state after step t (what the next action is drawn with).
+    """
+    def body(h, step):
+        step_obs, step_reset = step
+        h, out = actor.apply(params, h, step_obs, step_reset)
+        return h, (h, out)
 
-    @nn.compact
-    def __call__(self, carry: jax.Array, obs: dict, reset: jax.Array):
-        scan = nn.scan(Actor, variable_broadcast="params", split_rngs={"params": False}, in_axes=0, out_axes=0)
-        return scan(self.config, name="Actor_0")(carry, obs, reset)
+    return jax.lax.scan(body, carry, (obs, reset))
 
 
 class QuantileCritic(nn.Module):
@@ -127,11 +135,16 @@ def action_distribution(mean: jax.Array, log_std: jax.Array) -> distrax.Distribu
     return distrax.Transformed(normal, distrax.Block(distrax.Tanh(), ndims=1))
 
 
+def sample_action(mean: jax.Array, log_std: jax.Array, key: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """(action f32[2], log-probability f32[]) drawn from the tanh-Gaussian policy."""
+    return action_distribution(mean, log_std).sample_and_log_prob(seed=key)
+
+
 def deterministic_action(mean: jax.Array) -> jax.Array:
     """The evaluation action: tanh of the mean."""
     return jnp.tanh(mean)
 
 
 def initial_carry(config: NetworkConfig, batch_shape: tuple[int, ...] = ()) -> jax.Array:
-    """f32[..., G] zeros: the actor's GRU state at the start of an episode."""
-    return jnp.zeros((*batch_shape, config.gru_size), jnp.float32)
+    """f32[..., G] zeros: the actor's state at the start of an episode (G = config.carry_size)."""
+    return jnp.zeros((*batch_shape, config.carry_size), jnp.float32)

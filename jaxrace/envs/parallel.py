@@ -27,22 +27,31 @@ def host_device_flag(count: int | None = None) -> str:
     return f"--xla_force_host_platform_device_count={count or os.cpu_count() or 1}"
 
 
-def env_sharding(devices=None) -> NamedSharding:
-    """Shards the leading (env) axis of arrays over `devices` (default: all)."""
+def env_sharding(devices=None, axis_name: str = "env") -> NamedSharding:
+    """Shards the leading axis of arrays (envs, or a trainer's runs) over `devices` (default: all)."""
     devices = jax.devices() if devices is None else list(devices)
-    return NamedSharding(Mesh(np.array(devices), ("env",)), PartitionSpec("env"))
+    return NamedSharding(Mesh(np.array(devices), (axis_name,)), PartitionSpec(axis_name))
 
 
-def shard_envs(tree, sharding: NamedSharding | None = None):
-    """Puts a pytree of [num_envs, ...] arrays on the devices, split along the env axis.
+def shard_envs(tree, sharding: NamedSharding | None = None, *, strict: bool = True):
+    """Puts a pytree of [N, ...] arrays on the devices, split along the leading axis.
+
+    Args:
+        tree: arrays with a leading env (or run) axis N; scalars are replicated.
+        sharding: from `env_sharding` (default: all devices).
+        strict: when the devices do not divide N, raise (True) or leave the tree where
+            it is (False: the trainer's run axis, which may be any size).
 
     Raises:
-        ValueError: if num_envs is not a multiple of the number of devices.
+        ValueError: if strict and N is not a multiple of the number of devices.
     """
     sharding = sharding or env_sharding()
     count = sharding.mesh.size
     sizes = {np.shape(leaf)[0] for leaf in jax.tree.leaves(tree) if np.ndim(leaf) > 0}
     bad = sorted(n for n in sizes if n % count)
-    if bad:
-        raise ValueError(f"cannot split {bad[0]} envs over {count} devices: use a multiple of {count}")
+    if bad and strict:
+        name = sharding.mesh.axis_names[0]
+        raise ValueError(f"cannot split {bad[0]} {name}s over {count} devices: use a multiple of {count}")
+    if bad or count == 1:
+        return tree
     return jax.device_put(tree, sharding)

@@ -145,3 +145,22 @@ def select_tree(cond, a, b):
         return jnp.where(c, x, y)
 
     return jax.tree.map(pick, a, b)
+
+
+def per_env_params(env_params: EnvParams, num_envs: int, **fields) -> EnvParams:
+    """EnvParams with a leading env axis: each env of a trainer gets its own scenario.
+
+    `fields` maps an EnvParams field to num_envs values, e.g.
+    `num_active_opponents=[0] * 8 + [7] * 8` trains half the envs alone (time trials)
+    and half in traffic. Every other field is broadcast.
+    """
+    def broadcast(x):
+        return jnp.broadcast_to(x, (num_envs, *jnp.shape(x)))
+
+    batched = jax.tree.map(broadcast, env_params)
+    for name, values in fields.items():
+        values = jnp.asarray(values, getattr(env_params, name).dtype)
+        if values.shape[:1] != (num_envs,):
+            raise ValueError(f"per_env_params: {name} needs {num_envs} values (one per env), got shape {values.shape}")
+        batched = batched.replace(**{name: values})
+    return batched

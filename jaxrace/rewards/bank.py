@@ -93,6 +93,11 @@ class RewardBank:
                  params: jax.Array | None = None) -> tuple[jax.Array, jax.Array]:
         """Candidate `index`'s reward of one transition.
 
+        Every candidate's reward is computed and `index`'s picked: under a vmap over runs
+        (a batched index) a `lax.switch` would compute every branch anyway, and its
+        batching rule costs seconds of tracing per call site; rewards are cheap next to
+        an env step (see the README's benchmark).
+
         Args:
             index: i32[] candidate (clamped to [0, N)); vmap over it for many candidates.
             prev, action, curr: one transition (scalar fields).
@@ -103,12 +108,11 @@ class RewardBank:
             (total f32[], components f32[C]).
         """
         index = jnp.clip(jnp.asarray(index, jnp.int32), 0, self.num_rewards - 1)
-        if params is None:
-            params = self.default_params()[index]
-        branches = [self._branch(i) for i in range(self.num_rewards)]
-        if len(branches) == 1:
-            return branches[0](prev, action, curr, params)
-        return jax.lax.switch(index, branches, prev, action, curr, params)
+        all_params = self.default_params()
+        if params is not None:
+            all_params = all_params.at[index].set(params)
+        totals, components = self.evaluate_all(prev, action, curr, all_params)
+        return totals[index], components[index]
 
     def evaluate_all(self, prev: RaceView, action: Action, curr: RaceView,
                      params: jax.Array | None = None) -> tuple[jax.Array, jax.Array]:

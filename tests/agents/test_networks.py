@@ -5,10 +5,10 @@ import pytest
 
 from jaxrace.agents.networks import (
     Actor,
-    ActorSequence,
     NetworkConfig,
     TwinCritic,
     action_distribution,
+    actor_sequence,
     initial_carry,
 )
 
@@ -33,7 +33,8 @@ def test_actor_and_critic_shapes(actor_input, recurrent):
     carry = initial_carry(config, (5,))
     params = actor.init(jax.random.key(0), carry, obs, jnp.zeros(5, bool))
     new_carry, (mean, log_std) = actor.apply(params, carry, obs, jnp.zeros(5, bool))
-    assert new_carry.shape == (5, 16) and mean.shape == (5, 2) and log_std.shape == (5, 2)
+    assert new_carry.shape == (5, config.carry_size) and mean.shape == (5, 2) and log_std.shape == (5, 2)
+    assert config.carry_size == (16 if recurrent else 0)
     assert np.all(np.asarray(log_std) >= -5.0) and np.all(np.asarray(log_std) <= 2.0)
     if not recurrent:
         np.testing.assert_array_equal(new_carry, carry)
@@ -74,15 +75,21 @@ def test_sequence_actor_equals_stepping_by_hand():
     t, b = 6, 3
     obs = observations((t, b))
     reset = jnp.zeros((t, b), bool).at[3, 1].set(True)
-    seq = ActorSequence(config)
-    params = seq.init(jax.random.key(0), initial_carry(config, (b,)), obs, reset)
-    carry, (means, _) = seq.apply(params, initial_carry(config, (b,)), obs, reset)
-    step_params = {"params": params["params"]["Actor_0"]}
+    actor = Actor(config)
+    params = actor.init(jax.random.key(0), initial_carry(config, (b,)), jax.tree.map(lambda x: x[0], obs), reset[0])
+    carry, (carries, (means, _)) = actor_sequence(actor, params, initial_carry(config, (b,)), obs, reset)
+    assert carries.shape == (t, b, 8)
     c = initial_carry(config, (b,))
     for i in range(t):
-        c, (m, _) = Actor(config).apply(step_params, c, jax.tree.map(lambda x, i=i: x[i], obs), reset[i])
+        c, (m, _) = actor.apply(params, c, jax.tree.map(lambda x, i=i: x[i], obs), reset[i])
         np.testing.assert_allclose(means[i], m, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(carries[i], c, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(carry, c, rtol=1e-5, atol=1e-6)
+
+
+def test_the_carry_is_empty_without_a_gru():
+    config = NetworkConfig(hidden=16, recurrent=False)
+    assert config.carry_size == 0 and initial_carry(config, (3,)).shape == (3, 0)
 
 
 def test_tanh_gaussian_log_prob_is_the_change_of_variables():

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 import jaxrace
+from jaxrace.agents import HParams, TrainConfig, make_train
 from jaxrace.agents.networks import NetworkConfig
-from jaxrace.agents.trainer import HParams, TrainConfig, make_train
 from jaxrace.rewards import RewardBank, library_reward
 
 BURN_IN, TRAIN_LENGTH, N_STEP = 3, 4, 2
@@ -60,7 +60,7 @@ def test_the_burn_in_gets_no_gradient_and_the_trained_steps_do(trainer, trained)
     batch = batch._replace(reset=jnp.zeros_like(batch.reset))  # one episode: every step reaches the next
 
     def loss(obs, carry):
-        out = trainer.losses((trained.actor, trained.critic, trained.log_alpha), trained.target_critic,
+        out = trainer.loss_fn((trained.actor, trained.critic, trained.log_alpha), trained.target_critic,
                              batch._replace(obs=obs, carry=carry), 0, trained.reward_params, HParams(),
                              jax.random.key(3))
         return out.actor + out.critic

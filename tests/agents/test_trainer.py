@@ -7,7 +7,7 @@ import pytest
 from pins import digest
 
 import jaxrace
-from jaxrace.agents.trainer import HParams, TrainConfig, make_train, train_many
+from jaxrace.agents import HParams, TrainConfig, make_train, train_many
 from jaxrace.rewards import RewardBank, compile_reward, library_reward
 
 # Within the compiler's magnitude limit at its default weight; a run given scale 1e9 diverges.
@@ -108,7 +108,7 @@ def test_the_trainer_rejects_bad_sizes():
 
 
 def test_each_env_can_get_its_own_scenario(setup):
-    from jaxrace.agents.trainer import per_env_params
+    from jaxrace.envs import per_env_params
 
     env, params, bank = setup
     mixed = per_env_params(params, 4, num_active_opponents=[0, 0, 3, 3])
@@ -127,7 +127,7 @@ import json, sys
 import jax, numpy as np
 sys.path.insert(0, {tests!r})
 from agents.test_trainer import small_trainer
-from jaxrace.agents.trainer import train_many
+from jaxrace.agents import train_many
 state, metrics, _ = train_many(small_trainer(), jax.random.key(0), [0], seeds_per_reward=2, chunk_epochs=2)
 devices = len(jax.tree.leaves(state.actor)[0].sharding.device_set)
 print(json.dumps({{"devices": devices, "critic_loss": np.asarray(metrics.critic_loss).tolist()}}))

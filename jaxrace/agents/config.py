@@ -1,0 +1,74 @@
+"""Training configuration: `TrainConfig` (static: shapes and loop lengths) and `HParams` (traced)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+from flax import struct
+
+from jaxrace.agents.networks import NetworkConfig
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+    """Static training configuration (shapes and loop lengths)."""
+
+    network: NetworkConfig = NetworkConfig(recurrent=False)
+    num_envs: int = 16
+    rollout_steps: int = 8  # env steps per env per epoch
+    updates_per_epoch: int = 8
+    batch_size: int = 128
+    replay_size: int = 50_000  # transitions
+    n_step: int = 3
+    warmup_epochs: int = 2  # uniform random actions, no updates
+    epochs: int = 100
+    burn_in: int = 16  # recurrent actor only: replayed steps that warm the GRU state, no gradients
+    train_length: int = 32  # recurrent actor only: trained steps per sampled sequence
+    reinit_every: int = 0  # epochs between re-initialisations of the networks (primacy bias); 0: never
+
+    def __post_init__(self):
+        positive = ("n_step", "num_envs", "rollout_steps", "batch_size", "train_length")
+        if any(getattr(self, name) < 1 for name in positive):
+            raise ValueError(f"{', '.join(positive)} must be positive: got "
+                             + ", ".join(f"{n}={getattr(self, n)}" for n in positive))
+        if self.burn_in < 0 or self.reinit_every < 0:
+            raise ValueError(f"burn_in and reinit_every must be >= 0: got {self.burn_in}, {self.reinit_every}")
+
+    @property
+    def trained_steps(self) -> int:
+        """Steps per sampled sequence that get losses (1 for the feed-forward actor)."""
+        return self.train_length if self.network.recurrent else 1
+
+    @property
+    def burn_in_steps(self) -> int:
+        return self.burn_in if self.network.recurrent else 0
+
+    @property
+    def sequence_length(self) -> int:
+        """Steps per sampled replay sequence: burn-in, trained steps, n-step tail.
+
+        With pixels one more step: its image is the next frame of the last bootstrap step.
+        """
+        pixels = self.network.actor_input == "pixels"
+        return self.burn_in_steps + self.trained_steps + self.n_step - 1 + pixels
+
+    @property
+    def carry_size(self) -> int:
+        """The actor's recurrent state per env (0 without a GRU: nothing stored)."""
+        return self.network.carry_size
+
+
+@struct.dataclass
+class HParams:
+    """Traced hyperparameters of one run (vmap over them for a sweep)."""
+
+    actor_lr: jax.Array = 3e-4
+    critic_lr: jax.Array = 3e-4
+    alpha_lr: jax.Array = 3e-4
+    discount: jax.Array = 0.99
+    target_entropy: jax.Array = -2.0
+    tau: jax.Array = 0.005  # polyak rate of the target critics
+    initial_alpha: jax.Array = 0.1
+    reward_scale: jax.Array = 1.0  # the critic learns scale * reward (keeps returns near O(10-100))
+    reward_params: jax.Array | None = None  # f32[P] the candidate's PARAMS (None: its defaults)
