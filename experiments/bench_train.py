@@ -32,8 +32,7 @@ from common import print_table, write_results
 
 import jaxrace
 from jaxrace.agents import TrainConfig, make_train, train_many
-from jaxrace.envs.adapters import BraxRaceEnv
-from jaxrace.envs.adapters.brax_env import brax_training_compat
+from jaxrace.envs.adapters.brax_env import BraxRaceEnv, brax_training_compat
 from jaxrace.envs.rollouts import trajectory
 from jaxrace.rewards import RewardBank, compile_reward, library_reward, propose
 

@@ -10,14 +10,10 @@ from pathlib import Path
 
 import jax
 
+from jaxrace.envs.circuits import REAL_CIRCUITS  # noqa: F401 (re-exported to the scripts)
+
 RESULTS = Path(__file__).resolve().parent / "results"
 SHARED_TRACKS = Path(__file__).resolve().parents[2] / "shared" / "tracks"
-REAL_CIRCUITS = {  # name: (length km, GT3 qualifying band s), from ../shared/tracks/README.md
-    "Monza": (5.79, (104.7, 107.0)),
-    "Spa": (7.00, (133.7, 137.4)),
-    "Silverstone": (5.89, (116.6, 119.0)),
-    "BrandsHatch": (3.91, (82.5, 84.5)),
-}
 
 
 def machine() -> str:

@@ -3,15 +3,10 @@ from pathlib import Path
 
 import pytest
 
+from jaxrace.envs.circuits import REAL_CIRCUITS  # noqa: F401 (the real circuits' facts, for tests)
+
 SHARED_TRACKS = Path(__file__).resolve().parents[1].parent / "shared" / "tracks"
 
-# Real circuits (../shared/tracks, not shipped): length (km) and the GT3 qualifying band (s).
-REAL_CIRCUITS = {
-    "Monza": (5.79, 104.7, 107.0),
-    "Spa": (7.00, 133.7, 137.4),
-    "Silverstone": (5.89, 116.6, 119.0),
-    "BrandsHatch": (3.91, 82.5, 84.5),
-}
 
 
 def shared_track(name: str) -> tuple[Path, Path]:

@@ -1,14 +1,10 @@
 """Hand-built RaceViews and Actions for reward tests."""
 
-import dataclasses
 
 import jax.numpy as jnp
 
-from jaxrace.rewards.api import NO_GAP, Action, RaceView
+from jaxrace.rewards.api import NO_GAP, Action, RaceView, field_dtypes
 
-INT_FIELDS = {"rank", "start_rank", "num_cars", "laps"}
-BOOL_FIELDS = {"off_course", "on_kerb", "wall_contact", "hit_from_behind", "hit_other_from_behind", "side_contact",
-               "finished"}
 DEFAULTS = dict(
     progress=100.0, lap_progress=0.1, speed=40.0, longitudinal_accel=0.0, lateral_accel=0.0, lateral_offset=0.0,
     edge_margin=5.0, heading_error=0.0, off_course=False, on_kerb=False, wall_contact=False, tyre_slip=0.05,
@@ -23,11 +19,7 @@ def view(**changes) -> RaceView:
     assert not unknown, unknown
     values = {**DEFAULTS, **changes}
 
-    def cast(name, value):
-        dtype = jnp.int32 if name in INT_FIELDS else jnp.bool_ if name in BOOL_FIELDS else jnp.float32
-        return jnp.asarray(value, dtype)
-
-    return RaceView(**{f.name: cast(f.name, values[f.name]) for f in dataclasses.fields(RaceView)})
+    return RaceView(**{k: jnp.asarray(values[k], d) for k, d in field_dtypes(RaceView).items()})
 
 
 def action(steering=0.0, throttle_brake=1.0) -> Action:

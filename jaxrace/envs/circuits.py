@@ -11,7 +11,18 @@ from pathlib import Path
 
 import numpy as np
 
-from jaxrace.envs.track import Track, TrackError, build_track
+from jaxrace.envs.track import Track, TrackError
+from jaxrace.envs.track_build import build_track
+
+# Real circuits (not shipped; centre lines from the TUM racetrack database, see the
+# README): length in km and the band of dry GT3 qualifying laps in s (public race
+# reports, 2019-2024), for calibrating the car and the reference lap.
+REAL_CIRCUITS = {
+    "Monza": (5.79, (104.7, 107.0)),
+    "Spa": (7.00, (133.7, 137.4)),
+    "Silverstone": (5.89, (116.6, 119.0)),
+    "BrandsHatch": (3.91, (82.5, 84.5)),
+}
 
 
 def filleted_polygon(vertices, radii, spacing: float = 1.0) -> np.ndarray:

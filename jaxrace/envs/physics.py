@@ -15,7 +15,7 @@ from jaxrace.envs.vehicle import CarParams, Conditions, VehicleState, vehicle_su
 from jaxrace.envs.xla_cpu import materialised
 
 
-def surface(row: StationRow, lateral, params: EnvParams) -> tuple[jax.Array, jax.Array]:
+def surface_grip(row: StationRow, lateral, params: EnvParams) -> tuple[jax.Array, jax.Array]:
     """Grip factor and extra rolling drag under each car: tarmac, kerb outside the edge, grass beyond."""
     left = lateral >= 0
     beyond = jnp.abs(lateral) - jnp.where(left, row.width_left, row.width_right)
@@ -69,7 +69,7 @@ def advance(static: StaticParams, ts: TrackSlice, cars: CarsState, active, actio
             motion, proj, contact = contacts(ts, motion, proj, partners, car, params)
         # Inactive cars stay where they are (their masks keep them out of everything).
         lateral = jnp.where(active, proj.lateral, carry.lateral)
-        grip, rolling_drag = surface(proj.row, lateral, params)
+        grip, rolling_drag = surface_grip(proj.row, lateral, params)
         return Substep(
             body=select_tree(active, motion.to_body(body), carry.body),
             station=jnp.where(active, proj.station, carry.station),
@@ -79,7 +79,7 @@ def advance(static: StaticParams, ts: TrackSlice, cars: CarsState, active, actio
                                                contact.hit_other_from_behind, contact.side),
         )
 
-    grip, rolling_drag = surface(ts.row(cars.station), cars.lateral, params)
+    grip, rolling_drag = surface_grip(ts.row(cars.station), cars.lateral, params)
     start = Substep(body=cars.body, station=cars.station, arc=cars.arc, lateral=cars.lateral, grip=grip,
                     rolling_drag=rolling_drag, events=jnp.zeros(active.shape, jnp.int32))
     # The loop carries only what the next substep reads (XLA:CPU recomputes a substep's

@@ -28,7 +28,7 @@ from jaxrace.envs.state import (
     select_tree,
 )
 from jaxrace.envs.track import Track, TrackSlice, num_tracks, point_at, track_slice
-from jaxrace.envs.vehicle import CarParams, VehicleState, sanitize_action
+from jaxrace.envs.vehicle import CarParams, VehicleState, sanitise_action
 from jaxrace.rewards.api import RaceView
 
 __all__ = ["MAX_OPPONENTS", "START_MODES", "EnvParams", "EnvState", "RaceEnv", "StaticParams"]
@@ -50,8 +50,8 @@ class RaceEnv:
 
     def default_params(self, tracks: Track, **overrides) -> EnvParams:
         """EnvParams for `tracks` (one Track or a stacked set) with default values."""
-        c = self.static.num_cars
-        ones = jnp.ones((c,), jnp.float32)
+        num_cars = self.static.num_cars
+        ones = jnp.ones((num_cars,), jnp.float32)
         base = dict(
             tracks=tracks,
             track_index=jnp.int32(0 if num_tracks(tracks) == 1 else -1),
@@ -59,8 +59,8 @@ class RaceEnv:
             mass_scale=ones,
             power_scale=ones,
             grip_scale=ones,
-            skill=jnp.linspace(0.97, 0.9, c).astype(jnp.float32),
-            aggression=jnp.full((c,), 0.5, jnp.float32),
+            skill=jnp.linspace(0.97, 0.9, num_cars).astype(jnp.float32),
+            aggression=jnp.full((num_cars,), 0.5, jnp.float32),
             num_active_opponents=jnp.int32(self.static.num_opponents),
             laps=jnp.int32(1),
             time_limit=jnp.float32(600.0),
@@ -117,27 +117,27 @@ class RaceEnv:
     def _initial_state(self, key, params: EnvParams) -> tuple[EnvState, TrackSlice]:
         """A fresh episode's state, and the track slice it races on."""
         s = self.static
-        c = s.num_cars
+        num_cars = s.num_cars
         k_track, k_slot, k_phase, k_jitter, k_lateral, k_speed = jax.random.split(key, 6)
         n_tracks = num_tracks(params.tracks)
         drawn = jax.random.randint(k_track, (), 0, n_tracks)
         track_index = jnp.where(params.track_index >= 0, params.track_index, drawn).astype(jnp.int32)
         ts = track_slice(params.tracks, track_index)
-        idx = jnp.arange(c)
+        idx = jnp.arange(num_cars)
         n_active = jnp.clip(params.num_active_opponents, 0, s.num_opponents)
         active = idx <= n_active
 
         if s.start == "random":
             # Equal slots round the lap, shuffled, with jitter inside each slot.
-            spacing = ts.length / c
-            slot = jax.random.permutation(k_slot, c)
+            spacing = ts.length / num_cars
+            slot = jax.random.permutation(k_slot, num_cars)
             phase = jax.random.uniform(k_phase, (), maxval=ts.length)
-            jitter = jax.random.uniform(k_jitter, (c,), maxval=0.5) * spacing
+            jitter = jax.random.uniform(k_jitter, (num_cars,), maxval=0.5) * spacing
             arc = (phase + slot * spacing + jitter) % ts.length
             here = ts.row(jnp.floor(arc / (ts.length / ts.n)).astype(jnp.int32))
             half = jnp.minimum(here.width_left, here.width_right) - 1.5
-            lateral = jax.random.uniform(k_lateral, (c,), minval=-1.0, maxval=1.0) * jnp.maximum(half, 0.0)
-            frac = jax.random.uniform(k_speed, (c,), minval=params.random_start_speed[0],
+            lateral = jax.random.uniform(k_lateral, (num_cars,), minval=-1.0, maxval=1.0) * jnp.maximum(half, 0.0)
+            frac = jax.random.uniform(k_speed, (num_cars,), minval=params.random_start_speed[0],
                                       maxval=params.random_start_speed[1])
             speed = frac * here.ref_speed
             progress = opponents.wrap_half(arc - arc[0], ts.length)
@@ -150,26 +150,26 @@ class RaceEnv:
             line = ts.row(jnp.int32(0))
             lateral = column * jnp.minimum(2.5, jnp.minimum(line.width_left, line.width_right) - 1.5)
             if s.start == "time_trial":
-                progress = jnp.zeros((c,), jnp.float32)
-                lateral = jnp.broadcast_to(line.raceline, (c,))
+                progress = jnp.zeros((num_cars,), jnp.float32)
+                lateral = jnp.broadcast_to(line.raceline, (num_cars,))
             arc = progress % ts.length
-            speed = jnp.zeros((c,), jnp.float32)
-            lap_origin = jnp.zeros((c,), jnp.float32)
+            speed = jnp.zeros((num_cars,), jnp.float32)
+            lap_origin = jnp.zeros((num_cars,), jnp.float32)
         xy, station = point_at(ts, arc, lateral)
         start_row = ts.row(station)
         yaw = start_row.heading
-        zeros = jnp.zeros((c,), jnp.float32)
-        false = jnp.zeros((c,), bool)
+        zeros = jnp.zeros((num_cars,), jnp.float32)
+        false = jnp.zeros((num_cars,), bool)
         body = VehicleState(x=xy[:, 0], y=xy[:, 1], yaw=yaw, vx=speed.astype(jnp.float32), vy=zeros,
                             yaw_rate=zeros, steer=zeros)
         lane = lateral - start_row.raceline
         cars = CarsState(
             body=body, station=station, arc=arc, lateral=lateral, heading_error=zeros, progress=progress,
-            lap_origin=lap_origin, laps=jnp.zeros((c,), jnp.int32), lap_start=zeros, last_lap=zeros,
-            best_lap=zeros, finished=false, finish_time=zeros, prev_action=jnp.zeros((c, 2), jnp.float32),
+            lap_origin=lap_origin, laps=jnp.zeros((num_cars,), jnp.int32), lap_start=zeros, last_lap=zeros,
+            best_lap=zeros, finished=false, finish_time=zeros, prev_action=jnp.zeros((num_cars, 2), jnp.float32),
             ax=zeros, ay=zeros, slip_front=zeros, slip_rear=zeros, lane=lane, wall_contact=false, hit_from_behind=false,
-            hit_other_from_behind=false, side_contact=false, start_rank=jnp.zeros((c,), jnp.int32),
-            rank=jnp.zeros((c,), jnp.int32),
+            hit_other_from_behind=false, side_contact=false, start_rank=jnp.zeros((num_cars,), jnp.int32),
+            rank=jnp.zeros((num_cars,), jnp.int32),
         )
         rank = ranks(cars, active)
         cars = cars._replace(rank=rank, start_rank=rank)
@@ -217,7 +217,7 @@ class RaceEnv:
         s = self.static
         ts = track_slice(params.tracks, state.track_index)
         car = params.car.scaled(params.mass_scale, params.power_scale, params.grip_scale)
-        ego_action, bad = sanitize_action(action)
+        ego_action, bad = sanitise_action(action)
         ai_action, lane = self._ai(state, params, ts, car)
         actions = ai_action.at[0].set(ego_action)
         cars = state.cars._replace(lane=lane)
@@ -243,9 +243,9 @@ class RaceEnv:
         return self._ai(state, params, ts, car)[0][0]
 
     def _ai(self, state, params, ts, car):
-        c = state.cars
-        inputs = opponents.DriverInput(body=c.body, station=c.station, arc=c.arc, lateral=c.lateral,
-                                       lane=c.lane, accel=c.ax, active=state.active)
+        cars = state.cars
+        inputs = opponents.DriverInput(body=cars.body, station=cars.station, arc=cars.arc, lateral=cars.lateral,
+                                       lane=cars.lane, accel=cars.ax, active=state.active)
         return opponents.drive(ts, inputs, params.skill, params.aggression, car, self.static.dt)
 
     # ------------------------------------------------------------------ views and observations

@@ -203,7 +203,7 @@ TOPDOWN_SPAN, TOPDOWN_BEHIND = 80.0, 20.0  # m across the image, m shown behind 
 MAX_GROUND = 800.0  # m; farther ground reads as "outside"
 
 
-def _chase_geometry(h: int, w: int):
+def chase_geometry(h: int, w: int):
     f = (w / 2) / np.tan(CHASE_FOV / 2)
     v_up = (h / 2 - np.arange(h) - 0.5) / f  # per row
     u_left = (w / 2 - np.arange(w) - 0.5) / f  # per column
@@ -232,7 +232,7 @@ def _colours_once(image: jax.Array) -> jax.Array:
     return materialised(image.astype(jnp.float32)).astype(jnp.uint32)
 
 
-def _select_by_bits(index: jax.Array, values: list) -> jax.Array:
+def select_by_bits(index: jax.Array, values: list) -> jax.Array:
     """values[index] per element, as a tree of selects on the bits of `index` (uint32).
 
     A per-pixel gather from a small per-frame table is a scalar loop on XLA:CPU; selects
@@ -265,7 +265,7 @@ def make_renderer(static) -> callable:
     car_colours = jnp.asarray(PALETTE32[[CLASS["ego"]] + [CAR_BASE + (k - 1) % num_colours
                                                           for k in range(1, static.num_cars)]])
     if static.camera == "chase":
-        geo = _chase_geometry(h, w)
+        geo = chase_geometry(h, w)
         ground_fwd, ground_left = jnp.asarray(geo["fwd"], jnp.float32), jnp.asarray(geo["left"], jnp.float32)
         first = geo["first"]  # rows above it are sky
         azimuth_cos = jnp.asarray(np.cos(geo["azimuth"]), jnp.float32)
@@ -315,7 +315,7 @@ def make_renderer(static) -> callable:
     def nearest_colour(covered, front, colours):
         """Colour of the highest set bit of `covered` (the nearest car), dark unless its `front` bit is set."""
         slot = (31 - jax.lax.clz(covered)).astype(jnp.uint32)
-        body = _select_by_bits(slot, [colours[k] for k in range(static.num_cars)])
+        body = select_by_bits(slot, [colours[k] for k in range(static.num_cars)])
         lit = (jnp.right_shift(front, slot) & 1) == 1
         return jnp.where(lit, body, rgba("car_dark"))
 

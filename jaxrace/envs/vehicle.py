@@ -111,7 +111,7 @@ class VehicleAux(NamedTuple):
     slip_rear: jax.Array  # rad, rear slip angle
 
 
-def sanitize_action(action: jax.Array) -> tuple[jax.Array, jax.Array]:
+def sanitise_action(action: jax.Array) -> tuple[jax.Array, jax.Array]:
     """Replaces NaN by 0 and clips to [-1, 1].
 
     Args:

@@ -29,8 +29,7 @@ from jaxrace.rewards.artifact import PLATFORMS, ArtifactError, RewardArtifact, l
 from jaxrace.rewards.errors import PROGRAM_FILENAME, RewardCompileError
 from jaxrace.rewards.namespace import program_namespace
 from jaxrace.rewards.parse import ENTRY, parse_program
-from jaxrace.rewards.policy import ACTION_FIELDS, RACEVIEW_FIELDS, ProgramInfo, check_policy
-from jaxrace.rewards.policy import suggest as _suggest
+from jaxrace.rewards.policy import ACTION_FIELDS, RACEVIEW_FIELDS, ProgramInfo, check_policy, suggest
 from jaxrace.rewards.synthetic import extreme_batch, synthetic_batch
 
 MAX_COMPONENTS = 32
@@ -84,7 +83,7 @@ def _explain(exc: BaseException, source_line: str) -> str:
         for kind, fields in (("RaceView", RACEVIEW_FIELDS), ("Action", ACTION_FIELDS)):
             if f"'{kind}' object has no attribute" in text:
                 field = text.rsplit("'", 2)[-2]
-                return f"{kind} has no field '{field}'{_suggest(field, fields)}"
+                return f"{kind} has no field '{field}'{suggest(field, fields)}"
         return text[:300]
     if isinstance(exc, KeyError):
         return f"KeyError {text[:100]}: a dict (params or components) has no such key"

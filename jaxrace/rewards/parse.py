@@ -98,3 +98,40 @@ def parse_program(source: str) -> ast.Module:
         raise RewardCompileError("parse", f"`reward` is defined {len(entries)} times (lines {lines}); "
                                  "define it once", entries[1].lineno)
     return tree
+
+
+def strip_annotations(tree: ast.Module) -> ast.Module:
+    """A copy of `tree` without type annotations (`x: T = v` becomes `x = v`)."""
+
+    class Strip(ast.NodeTransformer):
+        def visit_arg(self, node):
+            node.annotation = None
+            return node
+
+        def visit_FunctionDef(self, node):
+            node.returns = None
+            self.generic_visit(node)
+            return node
+
+        def visit_AnnAssign(self, node):
+            if node.value is None:
+                return None
+            return ast.copy_location(ast.Assign(targets=[node.target], value=node.value), node)
+
+    import copy
+
+    stripped = Strip().visit(copy.deepcopy(tree))
+    return ast.fix_missing_locations(stripped)
+
+
+def annotation_nodes(tree: ast.Module) -> set[int]:
+    """ids of every node inside a type annotation (not checked: annotations never run)."""
+    roots = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.arg) and node.annotation is not None:
+            roots.append(node.annotation)
+        elif isinstance(node, ast.FunctionDef) and node.returns is not None:
+            roots.append(node.returns)
+        elif isinstance(node, ast.AnnAssign):
+            roots.append(node.annotation)
+    return {id(n) for root in roots for n in ast.walk(root)}

@@ -17,7 +17,7 @@ import math
 from jaxrace.rewards.api import Action, RaceView
 from jaxrace.rewards.errors import RewardCompileError
 from jaxrace.rewards.namespace import Module, available_names, program_namespace
-from jaxrace.rewards.parse import ENTRY
+from jaxrace.rewards.parse import ENTRY, annotation_nodes, strip_annotations
 
 MAX_ATTRIBUTE_CHAIN = 6
 MAX_PARAMS = 64
@@ -250,43 +250,6 @@ def _check_function(fn: ast.FunctionDef | ast.Lambda, module_names: set[str], co
                          "build a new value in a local variable instead", node)
 
 
-def _strip_annotations(tree: ast.Module) -> ast.Module:
-    """A copy of `tree` without type annotations (`x: T = v` becomes `x = v`)."""
-
-    class Strip(ast.NodeTransformer):
-        def visit_arg(self, node):
-            node.annotation = None
-            return node
-
-        def visit_FunctionDef(self, node):
-            node.returns = None
-            self.generic_visit(node)
-            return node
-
-        def visit_AnnAssign(self, node):
-            if node.value is None:
-                return None
-            return ast.copy_location(ast.Assign(targets=[node.target], value=node.value), node)
-
-    import copy
-
-    stripped = Strip().visit(copy.deepcopy(tree))
-    return ast.fix_missing_locations(stripped)
-
-
-def _annotation_nodes(tree: ast.Module) -> set[int]:
-    """ids of every node inside a type annotation (not checked: annotations never run)."""
-    roots = []
-    for node in ast.walk(tree):
-        if isinstance(node, ast.arg) and node.annotation is not None:
-            roots.append(node.annotation)
-        elif isinstance(node, ast.FunctionDef) and node.returns is not None:
-            roots.append(node.returns)
-        elif isinstance(node, ast.AnnAssign):
-            roots.append(node.annotation)
-    return {id(n) for root in roots for n in ast.walk(root)}
-
-
 def _check_attribute(node: ast.Attribute, namespace: dict, bound: set[str], available: frozenset[str]) -> None:
     chain, root = [], node
     while isinstance(root, ast.Attribute):
@@ -321,7 +284,7 @@ def _check_attribute(node: ast.Attribute, namespace: dict, bound: set[str], avai
 
 def check_policy(tree: ast.Module) -> ProgramInfo:
     """Stage 2: the allow-list. Returns the entry's arguments, the PARAMS defaults, the tree to run."""
-    annotations = _annotation_nodes(tree)
+    annotations = annotation_nodes(tree)
     for node in ast.walk(tree):
         if id(node) in annotations:
             continue
@@ -432,5 +395,5 @@ def check_policy(tree: ast.Module) -> ProgramInfo:
     if params_node is not None and not takes_params:
         raise _error("policy", "PARAMS is declared but reward() has no `params` argument: write "
                      "`def reward(prev, action, curr, params)` and read weights as params[\"name\"]", entry)
-    return ProgramInfo(tree=_strip_annotations(tree), entry_args=tuple(x.arg for x in a.args),
+    return ProgramInfo(tree=strip_annotations(tree), entry_args=tuple(x.arg for x in a.args),
                        takes_params=takes_params, params=params)

@@ -12,8 +12,8 @@ from brax.training.agents.ppo import train as ppo
 from gymnasium.vector import AutoresetMode
 
 import jaxrace
-from jaxrace.envs.adapters import BraxRaceEnv, GymVectorRaceEnv
-from jaxrace.envs.adapters.brax_env import brax_training_compat
+from jaxrace.envs.adapters.brax_env import BraxRaceEnv, brax_training_compat
+from jaxrace.envs.adapters.gym_vector import GymVectorRaceEnv
 
 TIME_LIMIT = 0.45  # s: the race's time limit ends every episode after its 5th 0.1 s step
 LIMIT_STEPS = 5

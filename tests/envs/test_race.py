@@ -300,3 +300,13 @@ def test_bad_configuration_is_rejected_clearly(kwargs, error, match):
 
 def test_static_params_are_hashable():
     assert hash(StaticParams()) == hash(StaticParams())
+
+
+def test_the_env_reads_the_reward_api_without_loading_the_compiler():
+    import subprocess
+    import sys
+
+    code = ("import sys, jaxrace, jaxrace.envs.rollouts, jaxrace.envs.video; "
+            "print(sorted(m for m in sys.modules if m.startswith('jaxrace.rewards')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True)
+    assert out.stdout.strip() == "['jaxrace.rewards', 'jaxrace.rewards.api']", out.stdout

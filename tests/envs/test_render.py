@@ -82,9 +82,9 @@ def test_on_a_straight_the_track_is_centred_and_symmetric(oval):
 
 def road_centre_at(image, metres_ahead):
     """Mean column of the road in the image row that sees the ground `metres_ahead` of the car."""
-    from jaxrace.envs.render import _chase_geometry
+    from jaxrace.envs.render import chase_geometry
 
-    geo = _chase_geometry(64, 64)
+    geo = chase_geometry(64, 64)
     row = geo["first"] + int(np.argmin(np.abs(geo["fwd"][:, 32] - metres_ahead)))
     return np.mean(np.nonzero(mask(image, TARMAC)[row])[0])
 
@@ -203,11 +203,11 @@ def test_a_clip_is_written_and_reads_back_with_the_expected_frames(oval, tmp_pat
 
 @pytest.mark.parametrize("count", [1, 2, 3, 7, 8, 10])
 def test_select_by_bits_picks_the_indexed_value(count):
-    from jaxrace.envs.render import _select_by_bits
+    from jaxrace.envs.render import select_by_bits
 
     values = [jnp.uint32(100 + 7 * k) for k in range(count)]
     index = jnp.arange(count, dtype=jnp.uint32).reshape(-1, 1) * jnp.ones((1, 3), jnp.uint32)
-    np.testing.assert_array_equal(_select_by_bits(index, values), 100 + 7 * np.asarray(index))
+    np.testing.assert_array_equal(select_by_bits(index, values), 100 + 7 * np.asarray(index))
 
 
 def test_textures_hold_palette_colours_below_2_pow_24(oval):

@@ -8,7 +8,6 @@ from jaxrace.envs import BUILTIN_TRACKS, CarParams, TrackError, builtin_track, l
 from jaxrace.envs import reference as ref
 from jaxrace.envs.circuits import filleted_polygon
 from jaxrace.envs.track import (
-    build_track,
     point_at,
     project,
     reference_lap_time,
@@ -16,6 +15,7 @@ from jaxrace.envs.track import (
     station_at,
     track_slice,
 )
+from jaxrace.envs.track_build import build_track
 
 
 @pytest.fixture(scope="module")
@@ -100,7 +100,7 @@ def test_csv_loader_on_real_circuits(real_tracks):
 
 def test_reference_lap_is_within_8_percent_of_real_gt3_qualifying(real_tracks):
     for name, tr in real_tracks.items():
-        _, lo, hi = REAL_CIRCUITS[name]
+        _, (lo, hi) = REAL_CIRCUITS[name]
         lap = reference_lap_time(tr)
         assert 0.92 * lo <= lap <= 1.08 * hi, (name, lap, lo, hi)
 

@@ -10,7 +10,7 @@ from jaxrace.envs.vehicle import (
     CarParams,
     Conditions,
     VehicleState,
-    sanitize_action,
+    sanitise_action,
     top_speed,
     vehicle_substep,
 )
@@ -175,8 +175,8 @@ def test_balance_of_performance_scales_acceleration():
         ([np.inf, -np.inf], [1.0, -1.0], True),
     ],
 )
-def test_sanitize_action(action, clean, bad):
-    out, flag = sanitize_action(jnp.array(action, jnp.float32))
+def test_sanitise_action(action, clean, bad):
+    out, flag = sanitise_action(jnp.array(action, jnp.float32))
     np.testing.assert_allclose(np.asarray(out), clean)
     assert bool(flag) is bad
 

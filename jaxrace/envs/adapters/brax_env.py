@@ -10,7 +10,7 @@ import numpy as np
 from brax.envs.base import Env, State
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from jaxrace.envs.adapters import env_and_params
+from jaxrace.envs.adapters.common import env_and_params
 from jaxrace.envs.race import RaceEnv
 from jaxrace.envs.state import EnvParams
 from jaxrace.rewards.api import RaceView

@@ -11,7 +11,7 @@ from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
-from jaxrace.envs.adapters import env_and_params
+from jaxrace.envs.adapters.common import env_and_params
 from jaxrace.envs.race import RaceEnv
 from jaxrace.envs.state import EnvParams
 

@@ -1,0 +1,135 @@
+"""Two commits side by side: env step and training epoch, compile included, in interleaved rounds.
+
+Usage: python experiments/compare_commits.py BASE [HEAD] [--rounds 3]
+
+Each commit is checked out in a temporary git worktree and measured in fresh
+processes that import that worktree's jaxrace (PYTHONPATH first), alternating
+BASE, HEAD, BASE, HEAD, ... so both see the same machine load. Per process: a jitted
+scan of 20 vmapped env steps (4096 envs, 7 AI opponents, state only) and 10 epochs of
+5 vmapped QR-SAC runs on the oval (16 envs each); compile time and the median of
+repeated calls. Used to show that a refactor changed no speed beyond noise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from common import print_table, write_results
+
+REPO = Path(__file__).resolve().parents[1]
+
+SNIPPET = r"""
+import json, statistics, time
+import jax, jax.numpy as jnp
+import jaxrace
+try:
+    from jaxrace.agents.runner import train_many
+except ImportError:
+    from jaxrace.agents.trainer import train_many
+from jaxrace.agents.trainer import TrainConfig, make_train
+from jaxrace.rewards import RewardBank, library_reward
+
+out = {"file": jaxrace.__file__}
+env, params = jaxrace.make(track="club", num_opponents=7, start="grid_back")
+step = jax.vmap(env.step, in_axes=(0, 0, 0, None))
+n = 4096
+_, state = jax.jit(jax.vmap(env.reset, in_axes=(0, None)))(jax.random.split(jax.random.key(0), n), params)
+
+def rollout(key, state):
+    def body(state, k):
+        k_act, k_step = jax.random.split(k)
+        action = jax.random.uniform(k_act, (n, 2), minval=-1.0, maxval=1.0)
+        _, state, reward, *_ = step(jax.random.split(k_step, n), state, action, params)
+        return state, reward.sum()
+    return jax.lax.scan(body, state, jax.random.split(key, 20))
+
+t0 = time.perf_counter()
+compiled = jax.jit(rollout).lower(jax.random.key(1), state).compile()
+out["env_compile_s"] = time.perf_counter() - t0
+times = []
+for r in range(5):
+    t0 = time.perf_counter()
+    jax.block_until_ready(compiled(jax.random.key(2 + r), state))
+    times.append((time.perf_counter() - t0) / 20)
+out["env_step_ms"] = 1e3 * statistics.median(times)
+
+env, params = jaxrace.make(track="oval", start="time_trial", laps=1000, time_limit=60.0)
+bank = RewardBank.from_compiled([library_reward("progress"), library_reward("gt_sophy")])
+config = TrainConfig(num_envs=16, rollout_steps=8, updates_per_epoch=8, batch_size=128, epochs=10)
+trainer = make_train(config, env, params, bank)
+t0 = time.perf_counter()
+jax.block_until_ready(train_many(trainer, jax.random.key(0), [0, 1, 1, 0, 1])[1])
+first = time.perf_counter() - t0
+times = []
+for r in range(3):
+    t0 = time.perf_counter()
+    jax.block_until_ready(train_many(trainer, jax.random.key(r + 1), [0, 1, 1, 0, 1])[1])
+    times.append((time.perf_counter() - t0) / config.epochs)
+out["epoch_ms"] = 1e3 * statistics.median(times)
+out["train_compile_s"] = first - statistics.median(times) * config.epochs
+print("RESULT " + json.dumps(out))
+"""
+
+METRICS = (("env_step_ms", "env step, 4096 envs x 8 cars", "ms"), ("env_compile_s", "env step compile", "s"),
+           ("epoch_ms", "training epoch, 5 vmapped runs", "ms"), ("train_compile_s", "training compile", "s"))
+
+
+def measure(worktree: Path) -> dict:
+    env = {"PYTHONPATH": str(worktree), "PATH": "/usr/bin:/bin", "JAX_PLATFORMS": "cpu"}
+    done = subprocess.run([sys.executable, "-c", SNIPPET], capture_output=True, text=True, env=env, timeout=1800,
+                          cwd=worktree)
+    if done.returncode:
+        raise SystemExit(f"measuring {worktree} failed:\n{done.stderr[-3000:]}")
+    result = json.loads(next(line for line in done.stdout.splitlines() if line.startswith("RESULT "))[7:])
+    if not result["file"].startswith(str(worktree)):
+        raise SystemExit(f"{worktree}: imported {result['file']} instead of the worktree's jaxrace")
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("base")
+    parser.add_argument("head", nargs="?", default="HEAD")
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    revs = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        trees = {}
+        for name, rev in (("base", args.base), ("head", args.head)):
+            revs[name] = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", rev], capture_output=True,
+                                        text=True, check=True).stdout.strip()
+            trees[name] = Path(tmp) / name
+            subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", str(trees[name]), rev],
+                           check=True, capture_output=True)
+        try:
+            results = {"base": [], "head": []}
+            for r in range(args.rounds):
+                for name in ("base", "head"):
+                    results[name].append(measure(trees[name]))
+                    print(f"round {r + 1} {name} ({revs[name]}): " + ", ".join(
+                        f"{k} {results[name][-1][k]:.2f}" for k, *_ in METRICS), flush=True)
+        finally:
+            for tree in trees.values():
+                subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(tree)],
+                               capture_output=True)
+    rows, table = [], []
+    for key, label, unit in METRICS:
+        base = statistics.median(x[key] for x in results["base"])
+        head = statistics.median(x[key] for x in results["head"])
+        table.append([label, f"{base:.2f} {unit}", f"{head:.2f} {unit}", f"{head / base - 1:+.1%}"])
+        rows += [{"name": f"{label} ({revs['base']})", "value": round(base, 3), "unit": unit},
+                 {"name": f"{label} ({revs['head']})", "value": round(head, 3), "unit": unit},
+                 {"name": f"{label}: {revs['head']} / {revs['base']}", "value": round(head / base, 3), "unit": "x"}]
+    print()
+    print_table([f"median of {args.rounds} rounds", f"base {revs['base']}", f"head {revs['head']}", "change"], table)
+    print(f"wrote {write_results(__file__, rows)}")
+
+
+if __name__ == "__main__":
+    main()
