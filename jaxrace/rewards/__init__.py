@@ -20,7 +20,8 @@ from jaxrace.rewards.api import NO_GAP, Action, RaceView, api_text
 
 _SUBMODULE = {
     "RewardBank": "bank", "bradley_terry": "bradley_terry", "Clip": "clips", "cut_clip": "clips",
-    "CompiledReward": "compiler", "compile_reward": "compiler", "load_reward": "compiler",
+    "CompiledReward": "compiler", "compile_reward": "compiler", "compile_rewards": "compiler",
+    "load_reward": "compiler",
     "RewardCompileError": "errors", "LIBRARY": "library", "library_reward": "library",
     "ProposedReward": "proposer", "propose": "proposer", "clip_returns": "tac", "tac": "tac",
     "tac_from_returns": "tac",
@@ -28,7 +29,8 @@ _SUBMODULE = {
 
 __all__ = [
     "LIBRARY", "NO_GAP", "Action", "Clip", "CompiledReward", "ProposedReward", "RaceView", "RewardBank",
-    "RewardCompileError", "api_text", "bradley_terry", "clip_returns", "compile_reward", "cut_clip",
+    "RewardCompileError", "api_text", "bradley_terry", "clip_returns", "compile_reward", "compile_rewards",
+    "cut_clip",
     "library_reward", "load_reward", "propose", "tac", "tac_from_returns",
 ]
 
@@ -36,7 +38,7 @@ if TYPE_CHECKING:
     from jaxrace.rewards.bank import RewardBank
     from jaxrace.rewards.bradley_terry import bradley_terry
     from jaxrace.rewards.clips import Clip, cut_clip
-    from jaxrace.rewards.compiler import CompiledReward, compile_reward, load_reward
+    from jaxrace.rewards.compiler import CompiledReward, compile_reward, compile_rewards, load_reward
     from jaxrace.rewards.errors import RewardCompileError
     from jaxrace.rewards.library import LIBRARY, library_reward
     from jaxrace.rewards.proposer import ProposedReward, propose

@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import jax
@@ -130,24 +130,59 @@ def compile_reward(source: str, *, name: str | None = None, timeout_s: float | N
     Raises:
         RewardCompileError: with `.stage`, `.lineno` and a message fit for an LLM.
     """
-    check_policy(parse_program(source))  # quick refusals without a round trip; nothing runs
-    limits = {k: v for k, v in (("train_batch", train_batch), ("max_temp_mib", max_temp_mib)) if v is not None}
-    digest = hashlib.sha256(source.encode()).hexdigest()
-    name = name or f"reward-{digest[:8]}"
-    key = (digest, name, repr(sorted(limits.items())))
-    with _CACHE_LOCK:
-        cached = _CACHE.get(key)
-    if cached is not None:
-        return cached
-    from jaxrace.rewards.sandbox import build_in_sandbox
+    result = compile_rewards([source], names=None if name is None else [name], timeout_s=timeout_s,
+                             memory_gib=memory_gib, train_batch=train_batch, max_temp_mib=max_temp_mib)[0]
+    if isinstance(result, RewardCompileError):
+        raise result
+    return result
 
-    data = build_in_sandbox(source, limits=limits, timeout_s=timeout_s, memory_gib=memory_gib)
+
+def compile_rewards(sources: Sequence[str], *, names: Sequence[str] | None = None, timeout_s: float | None = None,
+                    memory_gib: float | None = None, train_batch: int | None = None,
+                    max_temp_mib: float | None = None) -> list[CompiledReward | RewardCompileError]:
+    """Compile many reward programs at once: the sandbox builds them in parallel, one per CPU core.
+
+    Arguments as for `compile_reward`, with one name per source (or None).
+
+    Returns:
+        One entry per source, in order: its `CompiledReward`, or the `RewardCompileError`
+        it failed with. One program's failure never stops or changes another's.
+    """
+    if names is not None and len(names) != len(sources):
+        raise ValueError(f"{len(sources)} sources but {len(names)} names")
+    limits = {k: v for k, v in (("train_batch", train_batch), ("max_temp_mib", max_temp_mib)) if v is not None}
+    results: list = [None] * len(sources)
+    todo = []  # (index, source, digest, name, cache key)
+    for i, source in enumerate(sources):
+        try:
+            check_policy(parse_program(source))  # quick refusals without a round trip; nothing runs
+        except RewardCompileError as e:
+            results[i] = e
+            continue
+        digest = hashlib.sha256(source.encode()).hexdigest()
+        name = names[i] if names is not None else f"reward-{digest[:8]}"
+        key = (digest, name, repr(sorted(limits.items())))
+        with _CACHE_LOCK:
+            results[i] = _CACHE.get(key)
+        if results[i] is None:
+            todo.append((i, source, digest, name, key))
+    if todo:
+        from jaxrace.rewards.sandbox import build_many
+
+        built = build_many([t[1] for t in todo], limits=limits, timeout_s=timeout_s, memory_gib=memory_gib)
+        for (i, _, digest, name, key), data in zip(todo, built, strict=True):
+            results[i] = data if isinstance(data, RewardCompileError) else _load_built(data, digest, name)
+            if isinstance(results[i], CompiledReward):
+                with _CACHE_LOCK:
+                    _CACHE[key] = results[i]
+    return results
+
+
+def _load_built(data: bytes, digest: str, name: str) -> CompiledReward | RewardCompileError:
     try:
         compiled = CompiledReward.from_artifact(data, name=name)
     except ArtifactError as e:
-        raise RewardCompileError("validate", f"the sandbox returned an unusable artifact: {e}") from None
+        return RewardCompileError("validate", f"the sandbox returned an unusable artifact: {e}")
     if compiled.sha256 != digest:
-        raise RewardCompileError("validate", "the sandbox returned an artifact for another program")
-    with _CACHE_LOCK:
-        _CACHE[key] = compiled
+        return RewardCompileError("validate", "the sandbox returned an artifact for another program")
     return compiled

@@ -1,8 +1,10 @@
 """The caller's side of the reward sandbox: one worker process, started on first use.
 
-`build_in_sandbox(source)` sends a program to the worker (`jaxrace.rewards.worker`),
-which builds it in a fresh forked child with time, CPU, memory and file-size limits,
-and returns the exported artifact's bytes. This process never executes the source.
+`build_many(sources)` sends programs to the worker (`jaxrace.rewards.worker`), which
+builds each in a fresh forked child with time, CPU, memory and file-size limits (one
+child per CPU core at a time), and returns each exported artifact's bytes or the
+`RewardCompileError` it failed with; `build_in_sandbox(source)` is the one-program case.
+This process never executes the source.
 
 The worker starts with a minimal environment (no API keys, no proxies; `HOME` and
 `TMPDIR` point at its private directory) and confines itself as strongly as the kernel
@@ -29,6 +31,7 @@ DEFAULT_TIMEOUT_S = 20.0
 DEFAULT_MEMORY_GIB = 6.0
 STARTUP_TIMEOUT_S = 120.0
 REPLY_MARGIN_S = 15.0  # the worker enforces the time limit; this only catches a worker that hangs
+PARALLEL = max(1, os.cpu_count() or 1)  # builds at once (each a child with its own memory limit)
 _ENV_KEPT = ("PATH", "LANG", "LC_ALL", "PYTHONPATH", "SYSTEMROOT")
 
 
@@ -43,7 +46,7 @@ class _Worker:
         env.update(HOME=self.dir, TMPDIR=self.dir, JAX_PLATFORMS="cpu", TF_CPP_MIN_LOG_LEVEL="3",
                    PYTHONUNBUFFERED="1", PYTHONDONTWRITEBYTECODE="1", MALLOC_ARENA_MAX="2", OPENBLAS_NUM_THREADS="1",
                    OMP_NUM_THREADS="1", XLA_FLAGS="--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1")
-        self.proc = subprocess.Popen([sys.executable, "-m", "jaxrace.rewards.worker", self.dir],
+        self.proc = subprocess.Popen([sys.executable, "-m", "jaxrace.rewards.worker", self.dir, str(PARALLEL)],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr, env=env,
                                      cwd=self.dir, close_fds=True)
         self.selector = selectors.DefaultSelector()
@@ -119,42 +122,62 @@ def worker_pid() -> int:
         return _started().proc.pid
 
 
-def build_in_sandbox(source: str, *, limits: dict | None = None, timeout_s: float | None = None,
-                     memory_gib: float | None = None) -> bytes:
-    """Build `source` into a reward artifact in the sandbox worker.
+def build_many(sources: list[str], *, limits: dict | None = None, timeout_s: float | None = None,
+               memory_gib: float | None = None) -> list:
+    """Build every program in the sandbox worker, up to `PARALLEL` at once.
 
     Args:
-        source: the reward program.
+        sources: the reward programs.
         limits: fields of `jaxrace.rewards.build.Limits` to override.
-        timeout_s: wall-clock and CPU-time limit for the program (default 20 s).
-        memory_gib: address-space limit of the child that builds it (default 6 GiB).
+        timeout_s: wall-clock and CPU-time limit per program (default 20 s).
+        memory_gib: address-space limit of each child that builds one (default 6 GiB).
 
     Returns:
-        The artifact's bytes (`RewardArtifact.from_bytes` reads them).
-
-    Raises:
-        RewardCompileError: the program failed a stage, ran out of time, or crashed.
+        One entry per source, in order: the artifact's bytes (`RewardArtifact.from_bytes`
+        reads them), or the `RewardCompileError` it failed with (a failed stage, time
+        out, or crash). One program's failure never affects another's result.
     """
     from jaxrace.rewards.errors import RewardCompileError
 
     timeout_s = DEFAULT_TIMEOUT_S if timeout_s is None else float(timeout_s)
     memory_gib = DEFAULT_MEMORY_GIB if memory_gib is None else float(memory_gib)
-    request = {"source": source, "limits": limits or {}, "timeout_s": timeout_s,
-               "memory_bytes": int(memory_gib * (1 << 30))}
+    results: dict[int, object] = {}
     with _lock:
         worker = _started()
         try:
-            worker.proc.stdin.write(json.dumps(request).encode() + b"\n")
+            for i, source in enumerate(sources):
+                request = {"id": i, "source": source, "limits": limits or {}, "timeout_s": timeout_s,
+                           "memory_bytes": int(memory_gib * (1 << 30))}
+                worker.proc.stdin.write(json.dumps(request).encode() + b"\n")
             worker.proc.stdin.flush()
         except BrokenPipeError:
             shutdown()
-            raise RewardCompileError("execute", "the sandbox worker died before the program was sent") from None
-        message = worker.read(time.monotonic() + timeout_s + REPLY_MARGIN_S)
-        if message is None or "fatal" in message:
-            detail = message["fatal"] if message else f"no reply ({worker.stderr_tail()[-300:]})"
-            shutdown()
-            raise RewardCompileError("execute", f"the sandbox worker failed: {detail}")
-    if "error" in message:
-        e = message["error"]
-        raise RewardCompileError(e["stage"] or "execute", e["message"], e.get("lineno"))
-    return base64.b64decode(message["artifact"])
+            failed = RewardCompileError("execute", "the sandbox worker died before the programs were sent")
+            return [failed] * len(sources)
+        # Builds run PARALLEL at a time, each within timeout_s; the margin only catches a hung worker.
+        rounds = -(-len(sources) // PARALLEL)
+        deadline = time.monotonic() + rounds * timeout_s + REPLY_MARGIN_S
+        while len(results) < len(sources):
+            message = worker.read(deadline)
+            if message is None or "fatal" in message:
+                detail = message["fatal"] if message else f"no reply ({worker.stderr_tail()[-300:]})"
+                shutdown()
+                failed = RewardCompileError("execute", f"the sandbox worker failed: {detail}")
+                return [results.get(i, failed) for i in range(len(sources))]
+            if "error" in message:
+                e = message["error"]
+                results[message["id"]] = RewardCompileError(e["stage"] or "execute", e["message"], e.get("lineno"))
+            else:
+                results[message["id"]] = base64.b64decode(message["artifact"])
+    return [results[i] for i in range(len(sources))]
+
+
+def build_in_sandbox(source: str, *, limits: dict | None = None, timeout_s: float | None = None,
+                     memory_gib: float | None = None) -> bytes:
+    """Build one program in the sandbox worker (see `build_many`); raises its `RewardCompileError`."""
+    from jaxrace.rewards.errors import RewardCompileError
+
+    result = build_many([source], limits=limits, timeout_s=timeout_s, memory_gib=memory_gib)[0]
+    if isinstance(result, RewardCompileError):
+        raise result
+    return result

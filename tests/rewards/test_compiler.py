@@ -1,6 +1,7 @@
 """The reward compiler: stages, hostile programs, the mistakes LLMs make."""
 
 import os
+import re
 
 import jax
 import jax.numpy as jnp
@@ -10,7 +11,7 @@ from race_views import action, view
 
 import jaxrace.rewards.build as build
 import jaxrace.rewards.sandbox as sandbox
-from jaxrace.rewards import CompiledReward, RewardCompileError, compile_reward
+from jaxrace.rewards import CompiledReward, RewardCompileError, compile_reward, compile_rewards
 from jaxrace.rewards.synthetic import synthetic_batch
 
 GOOD = '''
@@ -159,6 +160,23 @@ def test_a_program_that_traces_for_ever_is_stopped_by_the_cpu_or_time_limit():
     assert info.value.stage == "trace"
     # The worker forks a fresh child per program, so the next program is unaffected.
     assert compile_reward(program("return curr.speed * 3.0, {}")).component_names == ()
+
+
+def test_many_programs_compile_together_and_each_failure_stays_with_its_program():
+    burn = "x = curr.speed\nfor i in range(256):\n    for j in range(256):\n        for k in range(256):\n" \
+           "            x = x + 1.0\nreturn x, {}"
+    sources = [GOOD, program("return curr.spd, {}"), program(burn), program("return 1.0 / curr.speed, {}"),
+               program("return curr.speed * 2.0, {}")]
+    results = compile_rewards(sources, names=[f"p{i}" for i in range(5)], timeout_s=3)
+    assert [type(r).__name__ for r in results] == ["CompiledReward", "RewardCompileError", "RewardCompileError",
+                                                   "RewardCompileError", "CompiledReward"]
+    assert results[1].stage == "policy" and "did you mean 'speed'" in results[1].message
+    assert results[2].stage == "trace" and re.search("SIGXCPU|timed out", results[2].message)
+    assert results[3].stage == "validate" and "at rest" in results[3].message
+    assert (results[0].name, results[4].name) == ("p0", "p4") and results[0].component_names == ("progress", "slip")
+    assert float(results[4](view(), action(), view(speed=3.0))[0]) == 6.0
+    with pytest.raises(ValueError, match="2 names"):
+        compile_rewards([GOOD], names=["a", "b"])
 
 
 def test_an_endless_module_level_computation_is_stopped_at_execute():
