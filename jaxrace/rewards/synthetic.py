@@ -12,7 +12,7 @@ import numpy as np
 
 from jaxrace.rewards.api import NO_GAP, Action, RaceView, field_dtypes
 
-_BASE = dict(
+DEFAULT_VIEW = dict(  # an ordinary mid-race state: the one home of RaceView defaults
     progress=1234.5, lap_progress=0.3, speed=45.0, longitudinal_accel=2.0, lateral_accel=5.0,
     lateral_offset=1.0, edge_margin=4.0, heading_error=0.05, off_course=False, on_kerb=False,
     wall_contact=False, tyre_slip=0.05, hit_from_behind=False, hit_other_from_behind=False, side_contact=False,
@@ -102,6 +102,20 @@ def _random_state(rng: np.random.Generator) -> dict:
     )
 
 
+def view(**changes) -> RaceView:
+    """One RaceView (scalar fields): `DEFAULT_VIEW` with `changes` (field names are checked)."""
+    unknown = set(changes) - set(DEFAULT_VIEW)
+    if unknown:
+        raise TypeError(f"RaceView has no field(s) {sorted(unknown)}")
+    values = {**DEFAULT_VIEW, **changes}
+    return RaceView(**{k: jnp.asarray(values[k], d) for k, d in field_dtypes(RaceView).items()})
+
+
+def action(steering: float = 0.0, throttle_brake: float = 1.0) -> Action:
+    """One Action (scalar fields)."""
+    return Action(steering=jnp.float32(steering), throttle_brake=jnp.float32(throttle_brake))
+
+
 def _stack(rows: list[dict]) -> RaceView:
     return RaceView(**{k: jnp.asarray(np.array([r[k] for r in rows]), dtype=d)
                        for k, d in field_dtypes(RaceView).items()})
@@ -110,9 +124,9 @@ def _stack(rows: list[dict]) -> RaceView:
 def _case_rows(cases) -> tuple[list, list, list, list]:
     prevs, currs, actions, names = [], [], [], []
     for name, prev_changes, curr_changes, action in cases:
-        prev = {k: v + _PREV_DELTA[k] if k in _PREV_DELTA else v for k, v in _BASE.items()}
+        prev = {k: v + _PREV_DELTA[k] if k in _PREV_DELTA else v for k, v in DEFAULT_VIEW.items()}
         prevs.append({**prev, **prev_changes})
-        currs.append({**_BASE, **curr_changes})
+        currs.append({**DEFAULT_VIEW, **curr_changes})
         actions.append(action)
         names.append(name)
     return prevs, currs, actions, names

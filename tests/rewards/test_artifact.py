@@ -9,13 +9,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from jax import export
-from race_views import action, view
 
 import jaxrace.rewards.sandbox as sandbox
 from jaxrace.rewards import compile_reward
 from jaxrace.rewards.artifact import ArtifactError, RewardArtifact
 from jaxrace.rewards.compiler import CompiledReward, load_reward
-from jaxrace.rewards.synthetic import synthetic_batch
+from jaxrace.rewards.synthetic import action, synthetic_batch, view
 
 SOURCE = '''
 PARAMS = {"w_progress": 1.0, "w_slip": 2.0}

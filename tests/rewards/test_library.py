@@ -2,9 +2,9 @@
 
 import numpy as np
 import pytest
-from race_views import action, view
 
 from jaxrace.rewards import NO_GAP, library_reward
+from jaxrace.rewards.synthetic import action, view
 
 
 def test_progress_is_metres_along_the_centre_line():
