@@ -16,7 +16,7 @@ def program(body: str, header: str = "", params: bool = False) -> str:
 
 
 HONEST = '''"""An honest program in the style LLMs write."""
-import_free = True
+VERSION = "2"  # a string constant at module level is allowed
 MAX_SPEED: float = 80.0
 WEIGHTS = (1.0, 0.5, 0.25)
 PARAMS = {"w_progress": 1.0, "w_slip": 2.0}
