@@ -47,8 +47,8 @@ def setup(env, params, skill: float, steer_lock_speed: float):
 def time_trial(trainer, actor, env, params, ref_lap: float, key):
     """(best lap s or None, course-outs) of a deterministic two-lap time trial."""
     steps = math.ceil(2.3 * ref_lap / 0.1)
-    _, metrics = evaluate(trainer, jax.tree.map(lambda x: x[None], actor), env, params, key, steps)
-    race = metrics[0][0]
+    metrics = evaluate(trainer, jax.tree.map(lambda x: x[None], actor), env, params, key, steps)
+    race = metrics.metrics[0][0]
     return race.best_lap, race.course_outs
 
 
@@ -174,9 +174,8 @@ def main() -> None:
 
     lap, outs = time_trial(trainer, state.actor, tt_env, tt_params, ref_lap, k_eval)
     race_steps = math.ceil(RACE_LAPS * ref_lap / SKILL * 1.3 / 0.1)
-    _, races = evaluate(trainer, jax.tree.map(lambda x: x[None], state.actor), race_env, race_params, k_race,
-                        race_steps, num_races=args.races)
-    races = races[0]
+    races = evaluate(trainer, jax.tree.map(lambda x: x[None], state.actor), race_env, race_params, k_race,
+                     race_steps, num_races=args.races).metrics[0]
     positions = [r.finishing_position for r in races]
     median_position = float(np.median(positions))
     at_fault = sum(r.collisions_at_fault for r in races)

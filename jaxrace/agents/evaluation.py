@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from typing import NamedTuple
 
 import jax
 import numpy as np
 
-from jaxrace.envs.rollouts import count_onsets, race_record, summarise, trajectory
+from jaxrace.envs.rollouts import count_onsets, race_record, summarise, trajectory_with_actions
 
 
 @dataclasses.dataclass
@@ -65,31 +66,45 @@ def race_metrics(states, params) -> RaceMetrics:
     )
 
 
-@functools.partial(jax.jit, static_argnums=(0, 1, 5))
-def _races(trainer, env, actor_params, params, keys, num_steps: int):
+@functools.partial(jax.jit, static_argnums=(0, 1, 5, 6))
+def _races(trainer, env, actor_params, params, keys, num_steps: int, params_per_race: bool):
     """Jitted once per (trainer, env, shapes, num_steps): evaluation can run every chunk."""
-    def one(actor, race_key):
-        return trajectory(env, params, race_key, num_steps, policy=lambda carry, obs: trainer.policy(actor, carry, obs),
-                          policy_carry=trainer.initial_carry())
+    def one(actor, race_params, race_key):
+        return trajectory_with_actions(env, race_params, race_key, num_steps,
+                                       policy=lambda carry, obs: trainer.policy(actor, carry, obs),
+                                       policy_carry=trainer.initial_carry())
 
-    return jax.vmap(jax.vmap(one, in_axes=(None, 0)))(actor_params, keys)
+    races = jax.vmap(one, in_axes=(None, 0 if params_per_race else None, 0))
+    return jax.vmap(lambda actor: races(actor, params, keys))(actor_params)
 
 
-def evaluate(trainer, actor_params, env, params, key: jax.Array, num_steps: int, num_races: int = 1):
+class Evaluation(NamedTuple):
+    """Races of R runs, num_races each."""
+
+    states: object  # EnvState with leading axes [R, num_races, num_steps + 1]
+    actions: jax.Array  # f32[R, num_races, num_steps, 2], the ego car's actions
+    metrics: list  # over runs, of lists over races, of RaceMetrics
+
+
+def evaluate(trainer, actor_params, env, params, key: jax.Array, num_steps: int, num_races: int = 1, *,
+             params_per_race: bool = False) -> Evaluation:
     """Races every run's deterministic policy.
 
     Args:
         trainer: from `make_train` (its `policy`).
         actor_params: actor parameters with a leading run axis R (TrainState.actor).
-        num_steps: static steps per race; num_races: races per run (different keys).
+        params: EnvParams shared by every race, or with a leading axis of num_races
+            when `params_per_race` (each race its own field: skills, aggression, ...).
+        num_steps: static steps per race; num_races: races per run (different keys;
+            race i of every run uses the same key and params, so runs meet the same scenarios).
 
     Returns:
-        (states: EnvState with leading axes [R, num_races, num_steps + 1],
-         metrics: list over runs of lists over races of RaceMetrics).
+        An `Evaluation` (states, actions, metrics).
     """
     runs = jax.tree.leaves(actor_params)[0].shape[0]
-    keys = jax.random.split(key, runs * num_races).reshape(runs, num_races)
-    states = _races(trainer, env, actor_params, params, keys, num_steps)
-    metrics = [[race_metrics(jax.tree.map(lambda x, r=r, i=i: x[r, i], states), params) for i in range(num_races)]
-               for r in range(runs)]
-    return states, metrics
+    keys = jax.random.split(key, num_races)
+    states, actions = _races(trainer, env, actor_params, params, keys, num_steps, params_per_race)
+    race_params = [jax.tree.map(lambda x, i=i: x[i], params) if params_per_race else params for i in range(num_races)]
+    metrics = [[race_metrics(jax.tree.map(lambda x, r=r, i=i: x[r, i], states), race_params[i])
+                for i in range(num_races)] for r in range(runs)]
+    return Evaluation(states, actions, metrics)

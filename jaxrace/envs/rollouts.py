@@ -75,6 +75,16 @@ def trajectory(env: RaceEnv, params: EnvParams, key: jax.Array, num_steps: int, 
     Jit it with `env`, `num_steps` and `policy` static. This is what
     `jaxrace.envs.video` renders and what evaluation summarises.
     """
+    return trajectory_with_actions(env, params, key, num_steps, policy, policy_carry)[0]
+
+
+def trajectory_with_actions(env: RaceEnv, params: EnvParams, key: jax.Array, num_steps: int, policy=None,
+                            policy_carry=None) -> tuple[EnvState, jax.Array]:
+    """`trajectory` and the ego car's actions: (EnvState [num_steps + 1], f32[num_steps, 2]).
+
+    The actions are as the policy gave them (before the env sanitises them), which is
+    what a reward program sees as `action`.
+    """
     obs, state = env.reset(key, params)
 
     def body(carry, step_key):
@@ -86,10 +96,11 @@ def trajectory(env: RaceEnv, params: EnvParams, key: jax.Array, num_steps: int, 
         else:
             memory, action = policy(memory, obs)
         obs, state, *_ = env.step_env(step_key, state, action, params)
-        return (obs, state, memory), state
+        return (obs, state, memory), (state, jnp.asarray(action, jnp.float32))
 
-    _, states = jax.lax.scan(body, (obs, state, policy_carry), jax.random.split(key, num_steps))
-    return jax.tree.map(lambda first, rest: jnp.concatenate([first[None], rest]), state, states)
+    _, (states, actions) = jax.lax.scan(body, (obs, state, policy_carry), jax.random.split(key, num_steps))
+    states = jax.tree.map(lambda first, rest: jnp.concatenate([first[None], rest]), state, states)
+    return states, actions
 
 
 @dataclass

@@ -204,13 +204,17 @@ def test_evaluation_races_every_run_and_reports_metrics(setup, trainer):
 
     env, params, _ = setup
     state, _, _ = train_many(trainer, jax.random.key(4), [0], seeds_per_reward=2, chunk_epochs=2)
-    states, metrics = evaluate(trainer, state.actor, env, params, jax.random.key(5), num_steps=30, num_races=2)
+    states, actions, metrics = evaluate(trainer, state.actor, env, params, jax.random.key(5), num_steps=30,
+                                        num_races=2)
     assert states.time.shape == (2, 2, 31)
+    assert actions.shape == (2, 2, 30, 2) and actions.dtype == jnp.float32
+    # Race i of every run meets the same scenario: the same opponents' grid at the start.
+    np.testing.assert_array_equal(states.cars.body.x[0, :, 0], states.cars.body.x[1, :, 0])
     assert len(metrics) == 2 and all(len(m) == 2 for m in metrics)
     m = metrics[0][0]
     assert m.finishing_position == 1 and m.laps == 0 and m.best_lap is None and not m.finished
     # Deterministic: the same key gives the same race.
-    again, _ = evaluate(trainer, state.actor, env, params, jax.random.key(5), num_steps=30, num_races=2)
+    again, _, _ = evaluate(trainer, state.actor, env, params, jax.random.key(5), num_steps=30, num_races=2)
     np.testing.assert_array_equal(states.cars.body.x, again.cars.body.x)
     # The built-in AI finishes a short race: metrics of a finished race are filled in.
     race_env, race_params = jaxrace.make(track="oval", num_opponents=3, laps=1)
