@@ -61,6 +61,7 @@ class ProposedReward:
     terms: tuple[str, ...]
     structure: str
     weights: dict[str, float]
+    cap: float  # the clip or squash bound (unused by "sum" and "gated")
 
 
 def _rng(key: jax.Array) -> np.random.Generator:
@@ -100,13 +101,48 @@ def _program(task: str, index: int, m: int, terms: list[str], structure: str, we
     return "\n".join(lines) + "\n"
 
 
-def propose(task: str, m: int, key: jax.Array) -> list[ProposedReward]:
+def _certain_terms(task: str) -> list[str]:
+    lowered = task.lower()
+    return [t for t, (_, _, words) in TERMS.items() if any(w in lowered for w in words)]
+
+
+def _fresh(rng: np.random.Generator, certain: list[str]) -> tuple[list[str], str, dict[str, float], float]:
+    optional = [t for t in TERMS if t not in certain and t not in PROGRESS_TERMS]
+    terms = [str(rng.choice(PROGRESS_TERMS))]
+    extra = [t for t in certain if t not in PROGRESS_TERMS]
+    k = int(rng.integers(1, min(5, len(optional)) + 1))
+    extra += [str(t) for t in rng.choice(optional, size=k, replace=False)]
+    terms += [t for t in TERMS if t in extra and t not in terms]  # a stable order
+    structure = str(rng.choice(list(STRUCTURES)))
+    weights = {t: float(TERMS[t][1] * np.exp(rng.uniform(np.log(0.3), np.log(3.0)))) for t in terms}
+    return terms, structure, weights, float(rng.uniform(5.0, 30.0))
+
+
+def _mutant(rng: np.random.Generator, parent: ProposedReward,
+            certain: list[str]) -> tuple[list[str], str, dict[str, float], float]:
+    """The parent with its weights jittered (x e^N(0, 0.35)), and now and then a term added or dropped."""
+    terms = list(parent.terms)
+    optional = [t for t in TERMS if t not in terms and t not in PROGRESS_TERMS]
+    droppable = [t for t in terms if t not in certain and t not in PROGRESS_TERMS]
+    if optional and rng.uniform() < 0.3:
+        terms.append(str(rng.choice(optional)))
+    if droppable and rng.uniform() < 0.3:
+        terms.remove(str(rng.choice(droppable)))
+    terms = [t for t in TERMS if t in terms]
+    structure = str(rng.choice(list(STRUCTURES))) if rng.uniform() < 0.2 else parent.structure
+    weights = {t: float(parent.weights.get(t, TERMS[t][1]) * np.exp(rng.normal(0.0, 0.35))) for t in terms}
+    return terms, structure, weights, float(np.clip(parent.cap * np.exp(rng.normal(0.0, 0.2)), 1.0, 100.0))
+
+
+def propose(task: str, m: int, key: jax.Array, parents: tuple[ProposedReward, ...] = ()) -> list[ProposedReward]:
     """M different reward programs for `task`, deterministic per `key`.
 
     Args:
         task: the task in words; words in it make some terms certain.
-        m: how many candidates (distinct programs).
+        m: how many candidates (distinct programs, none equal to a parent).
         key: a JAX PRNG key.
+        parents: earlier candidates that did well (the loop's feedback to this proposer):
+            about half of the M are mutations of them (round robin), the rest fresh.
 
     Returns:
         M `ProposedReward`s; compile each `.source` with `compile_reward`.
@@ -114,28 +150,28 @@ def propose(task: str, m: int, key: jax.Array) -> list[ProposedReward]:
     if m < 1:
         raise ValueError(f"m must be at least 1, got {m}")
     rng = _rng(key)
-    lowered = task.lower()
-    certain = [t for t, (_, _, words) in TERMS.items() if any(w in lowered for w in words)]
-    optional = [t for t in TERMS if t not in certain and t not in PROGRESS_TERMS]
-    proposals, seen = [], set()
-    for _ in range(50 * m):
+    certain = _certain_terms(task)
+    mutants = (m + 1) // 2 if parents else 0
+    proposals: list[ProposedReward] = []
+    seen = {_body_digest(p.source) for p in parents}
+    for attempt in range(50 * m):
         if len(proposals) == m:
             break
-        terms = [str(rng.choice(PROGRESS_TERMS))]
-        extra = [t for t in certain if t not in PROGRESS_TERMS]
-        k = int(rng.integers(1, min(5, len(optional)) + 1))
-        extra += [str(t) for t in rng.choice(optional, size=k, replace=False)]
-        terms += [t for t in TERMS if t in extra and t not in terms]  # a stable order
-        structure = str(rng.choice(list(STRUCTURES)))
-        weights = {t: float(TERMS[t][1] * np.exp(rng.uniform(np.log(0.3), np.log(3.0)))) for t in terms}
-        cap = float(rng.uniform(5.0, 30.0))
+        if len(proposals) < mutants and attempt < 25 * m:
+            terms, structure, weights, cap = _mutant(rng, parents[len(proposals) % len(parents)], certain)
+        else:
+            terms, structure, weights, cap = _fresh(rng, certain)
         index = len(proposals)
         source = _program(task, index, m, terms, structure, weights, cap)
-        body = source.split("\n", 2)[2]  # the program without its numbered docstring and task line
-        digest = hashlib.sha256(body.encode()).hexdigest()
+        digest = _body_digest(source)
         if digest in seen:
             continue
         seen.add(digest)
         proposals.append(ProposedReward(name=f"offline-{index + 1}", source=source, terms=tuple(terms),
-                                        structure=structure, weights=weights))
+                                        structure=structure, weights=weights, cap=cap))
     return proposals
+
+
+def _body_digest(source: str) -> str:
+    """The program without its numbered docstring and task line."""
+    return hashlib.sha256(source.split("\n", 2)[2].encode()).hexdigest()

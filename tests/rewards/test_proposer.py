@@ -38,3 +38,19 @@ def test_a_hostile_task_text_cannot_break_the_program():
 def test_bad_m_is_rejected():
     with pytest.raises(ValueError, match="at least 1"):
         propose(TASK, 0, jax.random.key(0))
+
+
+def test_parents_are_mutated_never_repeated():
+    parent = propose(TASK, 1, jax.random.key(4))[0]
+    children = propose(TASK, 6, jax.random.key(5), parents=(parent,))
+    again = propose(TASK, 6, jax.random.key(5), parents=(parent,))
+    assert [c.source for c in children] == [c.source for c in again]
+    bodies = {c.source.split("\n", 2)[2] for c in children}
+    assert len(bodies) == 6 and parent.source.split("\n", 2)[2] not in bodies
+    # Half are mutants: the parent's terms give or take one, its structure mostly, weights jittered.
+    mutants = children[:3]
+    for c in mutants:
+        assert len(set(c.terms) ^ set(parent.terms)) <= 2
+        assert any(c.weights[t] != parent.weights[t] for t in set(c.terms) & set(parent.terms))
+    # Terms the task makes certain are never dropped.
+    assert all({"rear_end", "contact", "positions"} <= set(c.terms) for c in children)
