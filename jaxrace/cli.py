@@ -1,7 +1,8 @@
 """The `jaxrace` command (host-side).
 
-`jaxrace` with no arguments runs the main job on embedded defaults: for now, a short
-race of the built-in AI on a built-in circuit, printing lap times and positions.
+`jaxrace` with no arguments runs the main job on embedded defaults: the reward-design
+loop (`jaxrace design`) with the offline proposer, the scripted judge and the quick
+preset, in a new folder under runs/. `jaxrace race` is a race of the built-in AI.
 """
 
 from __future__ import annotations
@@ -79,6 +80,43 @@ def _reward(args) -> int:
     return status
 
 
+def _design(args) -> int:
+    from pathlib import Path
+
+    from jaxrace.design import ConfigMismatch, load_config, run_design
+
+    try:
+        config = load_config(args.preset or "quick", args.config, task=args.task, llm=args.llm, judge=args.judge,
+                             iterations=args.iterations, m=args.m, n=args.n, track=args.track, seed=args.seed)
+    except ValueError as err:
+        print(f"jaxrace design: error: {err}", file=sys.stderr)
+        return 2
+    run_dir = Path(args.run_dir) if args.run_dir else Path("runs") / f"{time.strftime('%Y%m%d-%H%M%S')}-{config.preset}"
+    if not args.quiet:
+        print(f"jaxrace design: {config.task!r}, preset {config.preset}, {config.iterations} iterations of "
+              f"M={config.m}, N={config.n} on '{config.track}', LLM {config.llm}, judge {config.judge}; "
+              f"run directory {run_dir}")
+    try:
+        report = run_design(config, run_dir, quiet=args.quiet)
+    except ConfigMismatch as err:
+        print(f"jaxrace design: error: {err}", file=sys.stderr)
+        return 2
+    print(f"report: {report}")
+    return 0
+
+
+def _report(args) -> int:
+    from pathlib import Path
+
+    from jaxrace.design import RunDir, write_report
+
+    if not (Path(args.run_dir) / "config.json").exists():
+        print(f"jaxrace report: error: {args.run_dir} is not a run directory (no config.json)", file=sys.stderr)
+        return 2
+    print(write_report(RunDir(args.run_dir)))
+    return 0
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="jaxrace", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command")
@@ -101,11 +139,30 @@ def main(argv=None) -> int:
     prop.add_argument("-m", type=int, default=8)
     prop.add_argument("--seed", type=int, default=0)
     prop.add_argument("--out", default="proposals")
+    design = sub.add_parser("design", help="the reward-design loop (the main job)")
+    design.add_argument("--task", default=None, help="the task in words (default: the preset's)")
+    design.add_argument("--preset", default=None, choices=("quick", "standard", "paper"))
+    design.add_argument("--config", default=None, help="a TOML file of DesignConfig fields (top-level keys)")
+    design.add_argument("--llm", default=None, choices=("offline",), help="who writes the programs")
+    design.add_argument("--judge", default=None, choices=("scripted",))
+    design.add_argument("--run-dir", default=None, help="the run directory; an existing one is resumed")
+    design.add_argument("--iterations", type=int, default=None, help="K")
+    design.add_argument("-m", type=int, default=None, help="programs generated per iteration")
+    design.add_argument("-n", type=int, default=None, help="programs trained per iteration")
+    design.add_argument("--track", default=None, help="a built-in circuit")
+    design.add_argument("--seed", type=int, default=None)
+    design.add_argument("--quiet", action="store_true", help="no progress display")
+    report = sub.add_parser("report", help="rebuild report.html of a run directory")
+    report.add_argument("run_dir")
     args = parser.parse_args(argv)
     if args.command == "reward":
         return _reward(args)
     if args.command is None:  # the main job on embedded defaults
-        args = parser.parse_args(["race", *(argv or [])])
+        args = parser.parse_args(["design", *(argv or [])])
+    if args.command == "design":
+        return _design(args)
+    if args.command == "report":
+        return _report(args)
     if args.start == "time_trial":
         args.opponents = 0
     try:

@@ -43,3 +43,13 @@ def test_reward_propose_then_check_round_trips(tmp_path, capsys):
 def test_reward_api_prints_the_llm_api(capsys):
     assert main(["reward", "api"]) == 0
     assert "class RaceView" in capsys.readouterr().out
+
+
+def test_design_and_report_refuse_bad_input_with_a_message(tmp_path, capsys):
+    bad = tmp_path / "bad.toml"
+    bad.write_text("m = 2\nn = 5\n")
+    assert main(["design", "--config", str(bad), "--run-dir", str(tmp_path / "run")]) == 2
+    assert "n (trained per iteration, 5) cannot exceed m (generated, 2)" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()
+    assert main(["report", str(tmp_path)]) == 2
+    assert "is not a run directory (no config.json)" in capsys.readouterr().err

@@ -1,0 +1,153 @@
+"""The reward-design loop's configuration: one frozen dataclass, presets, TOML files (host-side)."""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+from pathlib import Path
+
+DEFAULT_TASK = "win the race cleanly from the back of the grid"
+LLMS = ("offline",)
+JUDGES = ("scripted",)
+ACTOR_INPUTS = ("state", "pixels")
+
+
+@dataclasses.dataclass(frozen=True)
+class DesignConfig:
+    """Everything that decides what a reward-design run computes (the run directory keeps it).
+
+    Iteration: generate `m` programs -> keep `n` by TAC -> train each with `seeds` seeds for
+    `epochs` -> `eval_races` races -> clips -> judge -> Bradley-Terry. After `iterations`,
+    the winner and the library rewards train `final_epochs` and race `final_races` times.
+    """
+
+    task: str = DEFAULT_TASK
+    preset: str = "quick"
+    llm: str = "offline"
+    judge: str = "scripted"
+    iterations: int = 2
+    m: int = 4
+    n: int = 3
+    seeds: int = 1
+    seed: int = 0
+    track: str = "oval"
+    opponents: int = 3
+    ai_skill: float = 0.9
+    race_laps: int = 1
+    # training (QR-SAC; see jaxrace.agents.TrainConfig)
+    actor_input: str = "state"
+    recurrent: bool = False
+    hidden: int = 64
+    num_envs: int = 16
+    rollout_steps: int = 8
+    updates_per_epoch: int = 8
+    batch_size: int = 128
+    replay_size: int = 50_000
+    warmup_epochs: int = 10
+    epochs: int = 150
+    chunk_epochs: int = 50
+    final_epochs: int = 300
+    reward_scale: float = 0.1
+    # evaluation, clips and judging
+    eval_races: int = 2
+    final_races: int = 3
+    clip_seconds: float = 10.0
+    clips_per_race: int = 2
+    videos_per_candidate: int = 1
+    judge_beta: float = float("inf")
+    judge_mistake: float = 0.0
+    judge_equal_within: float = 0.05
+    # TAC
+    tac_min_preferences: int = 20
+    bootstrap_races: int = 8
+
+    def __post_init__(self):
+        problems = []
+        positive = ("iterations", "m", "n", "seeds", "race_laps", "hidden", "num_envs", "rollout_steps",
+                    "updates_per_epoch", "batch_size", "replay_size", "epochs", "chunk_epochs", "final_epochs",
+                    "eval_races", "final_races", "clips_per_race")
+        problems += [f"{k} must be at least 1 (got {getattr(self, k)})" for k in positive if getattr(self, k) < 1]
+        nonneg = ("warmup_epochs", "opponents", "videos_per_candidate", "tac_min_preferences", "bootstrap_races",
+                  "judge_equal_within")
+        problems += [f"{k} must be at least 0 (got {getattr(self, k)})" for k in nonneg if getattr(self, k) < 0]
+        if self.n > self.m:
+            problems.append(f"n (trained per iteration, {self.n}) cannot exceed m (generated, {self.m})")
+        for name, value, choices in (("llm", self.llm, LLMS), ("judge", self.judge, JUDGES),
+                                     ("actor_input", self.actor_input, ACTOR_INPUTS)):
+            if value not in choices:
+                problems.append(f"{name} must be one of {', '.join(choices)} (got {value!r})")
+        for name in ("epochs", "final_epochs"):
+            if getattr(self, name) % self.chunk_epochs:
+                problems.append(f"chunk_epochs ({self.chunk_epochs}) must divide {name} ({getattr(self, name)})")
+        if self.opponents > 19:
+            problems.append(f"opponents must be at most 19 (got {self.opponents})")
+        if not 0.0 < self.ai_skill <= 1.2:
+            problems.append(f"ai_skill must be in (0, 1.2] (got {self.ai_skill})")
+        if not 0.0 <= self.judge_mistake <= 1.0 or not self.judge_beta > 0:
+            problems.append(f"judge_mistake must be in [0, 1] and judge_beta > 0 (got {self.judge_mistake}, "
+                            f"{self.judge_beta})")
+        if self.clip_seconds <= 0:
+            problems.append(f"clip_seconds must be positive (got {self.clip_seconds})")
+        if not self.task.strip():
+            problems.append("task must say something")
+        if problems:
+            raise ValueError("invalid design config: " + "; ".join(problems))
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def changes(self, other: DesignConfig) -> list[str]:
+        """'field: ours -> theirs' for every field that differs."""
+        a, b = self.to_dict(), other.to_dict()
+        return [f"{k}: {a[k]!r} -> {b[k]!r}" for k in a if a[k] != b[k]]
+
+
+PRESETS = {
+    # 2 CPU cores, at most 10 minutes end to end.
+    "quick": DesignConfig(),
+    # 2 CPU cores, at most 60 minutes: the headline experiment's loop.
+    "standard": DesignConfig(preset="standard", track="gp", opponents=7, iterations=3, m=6, n=4, hidden=128,
+                             updates_per_epoch=16, batch_size=256, replay_size=200_000, epochs=600,
+                             chunk_epochs=100, final_epochs=3000, race_laps=2, eval_races=3, final_races=20,
+                             clip_seconds=15.0, clips_per_race=3, judge_beta=2.0, judge_mistake=0.1,
+                             tac_min_preferences=40, bootstrap_races=16),
+    # The papers' settings, meant for a GPU: pixel actor with a GRU, asymmetric critic.
+    "paper": DesignConfig(preset="paper", track="gp", opponents=7, iterations=4, m=10, n=5, seeds=2,
+                          actor_input="pixels", recurrent=True, hidden=256, num_envs=64, updates_per_epoch=32,
+                          batch_size=256, replay_size=1_000_000, warmup_epochs=20, epochs=1000, chunk_epochs=100,
+                          final_epochs=1500, race_laps=2, eval_races=4, final_races=20, clip_seconds=15.0,
+                          clips_per_race=4, tac_min_preferences=100, bootstrap_races=32),
+}
+
+
+def load_config(preset: str = "quick", path: str | Path | None = None, **overrides) -> DesignConfig:
+    """A preset, then the fields of a TOML file (top-level keys), then `overrides` (None ignored)."""
+    if preset not in PRESETS:
+        raise ValueError(f"unknown preset {preset!r}; choose from {', '.join(PRESETS)}")
+    fields = PRESETS[preset].to_dict()
+    given = {}
+    if path is not None:
+        try:
+            given = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+        except (OSError, tomllib.TOMLDecodeError) as err:
+            raise ValueError(f"{path}: cannot read the config: {err}") from None
+        if "preset" in given and given["preset"] != preset:
+            fields = PRESETS[_preset_of(given["preset"], path)].to_dict()
+    given.update({k: v for k, v in overrides.items() if v is not None})
+    unknown = sorted(set(given) - set(fields))
+    if unknown:
+        raise ValueError(f"{path or 'options'}: unknown config keys {unknown}; known: {', '.join(fields)}")
+    for k, v in given.items():
+        want = type(fields[k])
+        if want is float and isinstance(v, int) and not isinstance(v, bool):
+            v = float(v)
+        if not isinstance(v, want) or (want is int and isinstance(v, bool)):
+            raise ValueError(f"{path or 'options'}: {k} must be a {want.__name__}, got {v!r}")
+        fields[k] = v
+    return DesignConfig(**fields)
+
+
+def _preset_of(name, path) -> str:
+    if name not in PRESETS:
+        raise ValueError(f"{path}: unknown preset {name!r}; choose from {', '.join(PRESETS)}")
+    return name

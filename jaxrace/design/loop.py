@@ -1,0 +1,637 @@
+"""The reward-design loop: stages, each resumable, joined into `run_design` (host-side orchestration).
+
+Plain Python around the jitted parts (the trainer, evaluation races, TAC, the renderer).
+Stages, each writing its files to the run directory before it is marked finished:
+
+    bootstrap                 AI-driven races at varied skill and aggression, clips, judged:
+                              preferences for TAC from the first iteration
+    iter{k}/generate          M programs (the previous best carried over), compiled in the sandbox
+    iter{k}/select            TAC over the stored preferences keeps N (all while too few are stored)
+    iter{k}/train             the N x seeds runs in one batched job, checkpointed per chunk
+    iter{k}/race              evaluation races, component statistics, clips, videos
+    iter{k}/judge             pairs of clips across candidates, judged and stored
+    iter{k}/rank              Bradley-Terry, the best candidate, feedback for the next iteration
+    final/train, final/race   the winner and the library rewards on a longer, equal budget
+    report                    report.html
+
+Keys come from the config's seed folded with the stage's name, so a resumed stage draws
+what it would have drawn the first time.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math
+import time
+import warnings
+import zlib
+from contextlib import contextmanager
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxrace.design.config import DesignConfig
+from jaxrace.design.progress import Display
+from jaxrace.design.rundir import RunDir
+
+# Subprocesses started here (the reward sandbox, ffmpeg) exec at once after the fork, which
+# is safe beside JAX's threads; JAX warns about any fork all the same.
+warnings.filterwarnings("ignore", message=r"os\.fork\(\) was called", category=RuntimeWarning)
+
+LIBRARY_BASELINES = ("progress", "gt_sophy")
+STEER_LOCK_SPEED = 20.0  # m/s: speed-sensitive steering, GT7's controller assist (as the reference agent)
+STORE = "preferences.sqlite"
+
+
+def stage_key(config: DesignConfig, stage: str) -> jax.Array:
+    """The PRNG key of one stage: the run's seed folded with a hash of the stage's name."""
+    return jax.random.fold_in(jax.random.key(config.seed), zlib.crc32(stage.encode()) & 0x7FFFFFFF)
+
+
+@dataclasses.dataclass
+class Envs:
+    """The training env (random starts, half the envs alone) and the race env (grid start, AI field)."""
+
+    train_env: object
+    train_params: object
+    race_env: object
+    race_params: object
+    race_steps: int
+    clip_steps: int
+    ref_lap: float
+
+    def race_fields(self, key: jax.Array, races: int):
+        """Race params with a leading race axis: each race its own field (opponents' skill within
+        +-0.03 of the configured one, aggression uniform in [0, 1]); the ego car's entries unused."""
+        c = self.race_env.static.num_cars
+        k_skill, k_aggr = jax.random.split(key)
+        skill = self.race_params.skill + jax.random.uniform(k_skill, (races, c), minval=-0.03, maxval=0.03)
+        aggression = jax.random.uniform(k_aggr, (races, c))
+        return jax.vmap(lambda s, a: self.race_params.replace(skill=s, aggression=a))(skill, aggression)
+
+    @classmethod
+    def make(cls, config: DesignConfig) -> Envs:
+        import jaxrace
+        from jaxrace.envs import builtin_track, per_env_params, reference_lap_time
+
+        ref_lap = float(reference_lap_time(builtin_track(config.track)))
+        pixels = config.actor_input == "pixels"
+
+        def field(env, params):
+            c = env.static.num_cars
+            return params.replace(skill=jnp.full((c,), config.ai_skill, jnp.float32),
+                                  car=params.car.replace(steer_lock_speed=STEER_LOCK_SPEED))
+
+        train_env, train_params = jaxrace.make(track=config.track, num_opponents=config.opponents, start="random",
+                                               laps=1000, time_limit=1.6 * ref_lap, pixels=pixels)
+        train_params = field(train_env, train_params)
+        alone = config.num_envs // 2 if config.opponents else config.num_envs
+        train_params = per_env_params(train_params, config.num_envs, num_active_opponents=(
+            [0] * alone + [config.opponents] * (config.num_envs - alone)))
+        race_env, race_params = jaxrace.make(track=config.track, num_opponents=config.opponents,
+                                             laps=config.race_laps, start="grid_back", pixels=pixels)
+        race_params = field(race_env, race_params)
+        dt = race_env.static.dt
+        steps = math.ceil(config.race_laps * ref_lap / config.ai_skill * 1.3 / dt)
+        clip_steps = min(max(1, round(config.clip_seconds / dt)), steps)
+        return cls(train_env, train_params, race_env, race_params, steps, clip_steps, ref_lap)
+
+
+class Loop:
+    """One run of the loop over a run directory (see the module docstring)."""
+
+    def __init__(self, config: DesignConfig, run: RunDir, display: Display):
+        from jaxrace.rewards.preferences import PreferenceStore
+
+        self.config = config
+        self.run = run
+        self.display = display
+        self.store = PreferenceStore(run.file(STORE))
+        self._envs: Envs | None = None
+
+    # -- plumbing --------------------------------------------------------------------------------------
+
+    @property
+    def envs(self) -> Envs:
+        if self._envs is None:
+            self._envs = Envs.make(self.config)
+        return self._envs
+
+    @contextmanager
+    def _stage(self, name: str):
+        t0 = time.perf_counter()
+        self.run.log(f"{name}: started")
+        yield
+        seconds = time.perf_counter() - t0
+        self.run.mark_done(name, seconds)
+        self.run.log(f"{name}: finished in {seconds:.1f} s")
+        self.display.line(f"{name}: finished in {seconds:.1f} s")
+
+    def stage(self, name: str, fn, *args) -> None:
+        if self.run.done(name):
+            self.display.line(f"{name}: finished earlier, kept")
+            return
+        with self._stage(name):
+            fn(*args)
+
+    def judge(self):
+        from jaxrace.judges import ScriptedJudge, TaskScoring
+
+        c = self.config
+        return ScriptedJudge(scoring=TaskScoring.from_task(c.task), beta=c.judge_beta, mistake=c.judge_mistake,
+                             equal_within=c.judge_equal_within, seed=c.seed)
+
+    # -- the loop --------------------------------------------------------------------------------------
+
+    def run_all(self) -> Path:
+        c = self.config
+        self.run.log(f"run: task {c.task!r}, preset {c.preset}, {c.iterations} iterations of M={c.m}, N={c.n}")
+        if c.bootstrap_races:
+            self.stage("bootstrap", self.bootstrap)
+        for k in range(1, c.iterations + 1):
+            self.stage(f"iter{k}/generate", self.generate, k)
+            self.stage(f"iter{k}/select", self.select, k)
+            self.stage(f"iter{k}/train", self.train, k)
+            self.stage(f"iter{k}/race", self.race, k)
+            self.stage(f"iter{k}/judge", self.judge_pairs, k)
+            self.stage(f"iter{k}/rank", self.rank, k)
+        self.stage("final/train", self.train, "final")
+        self.stage("final/race", self.race, "final")
+        from jaxrace.design.report import write_report
+
+        with self._stage("report"):
+            path = write_report(self.run)
+        return path
+
+    # -- stages ----------------------------------------------------------------------------------------
+
+    def bootstrap(self) -> None:
+        """Preferences before any agent exists: the built-in AI driving the ego car with varied skill."""
+        from jaxrace.envs.rollouts import trajectory_with_actions
+
+        c, e = self.config, self.envs
+        races = c.bootstrap_races
+        k_style, k_race = jax.random.split(stage_key(c, "bootstrap"))
+        ego_skill = np.asarray(jax.random.uniform(k_style, (races,), minval=0.6, maxval=1.0))
+        ego_aggression = np.asarray(jax.random.uniform(jax.random.fold_in(k_style, 1), (races,)))
+        params = jax.vmap(lambda s, a: e.race_params.replace(skill=e.race_params.skill.at[0].set(s),
+                                                             aggression=e.race_params.aggression.at[0].set(a)))(
+            jnp.asarray(ego_skill), jnp.asarray(ego_aggression))
+        keys = jax.random.split(k_race, races)
+        with self.display.task("bootstrap: AI races", total=None):
+            states, actions = jax.jit(jax.vmap(
+                lambda p, key: trajectory_with_actions(e.race_env, p, key, e.race_steps)))(params, keys)
+        names = [f"ai(skill={s:.2f}, aggression={a:.2f})" for s, a in zip(ego_skill, ego_aggression, strict=True)]
+        clip_ids = self._store_clips("bootstrap", 0, names, [0] * races, list(range(races)), states, actions,
+                                     same_race=False)
+        pairs = []
+        for slot in range(c.clips_per_race):
+            for a, b in itertools.combinations(range(races), 2):
+                pairs.append((f"bootstrap/slot{slot}/{a}~{b}", clip_ids[(a, 0, slot)], clip_ids[(b, 0, slot)]))
+        self._judge(0, pairs, "bootstrap")
+        self.run.write_json("bootstrap/races.json", {"names": names, "skill": ego_skill, "aggression": ego_aggression,
+                                                     "pairs": len(pairs)})
+
+    def generate(self, k: int) -> None:
+        """M compiled candidates: the previous best carried over, the rest from the proposer (offline)."""
+        from jaxrace.rewards import compile_rewards, load_reward
+        from jaxrace.rewards.errors import RewardCompileError
+        from jaxrace.rewards.proposer import ProposedReward, propose
+
+        c = self.config
+        folder = f"iter{k}/candidates"
+        candidates, attempts = [], []
+        parents: tuple[ProposedReward, ...] = ()
+        if k > 1:
+            feedback = self.run.read_json(f"iter{k - 1}/rank.json")
+            best = feedback["best"]
+            prev = {x["name"]: x for x in self.run.read_json(f"iter{k - 1}/candidates.json")}
+            parents = tuple(ProposedReward(**prev[name]["proposal"]) for name in feedback["parents"])
+            source = self.run.file(f"iter{k - 1}/candidates/{best}.py").read_text(encoding="utf-8")
+            compiled = load_reward(self.run.file(f"iter{k - 1}/candidates/{best}.jaxreward"))
+            self.run.write_text(f"{folder}/{best}.py", source)
+            compiled.save(self.run.file(f"{folder}/{best}.jaxreward"))
+            candidates.append({"name": best, "origin": f"carried from iteration {k - 1}",
+                               "proposal": prev[best]["proposal"], "components": list(compiled.component_names),
+                               "params": dict(compiled.params)})
+        key = stage_key(c, f"iter{k}/generate")
+        budget = 3 * c.m
+        with self.display.task(f"iter{k}/generate: compile", total=c.m) as advance:
+            advance(len(candidates))
+            while len(candidates) < c.m and len(attempts) < budget:
+                key, k_prop = jax.random.split(key)
+                need = min(c.m - len(candidates), budget - len(attempts))
+                proposals = propose(c.task, need, k_prop, parents)
+                t0 = time.perf_counter()
+                results = compile_rewards([p.source for p in proposals])
+                seconds = (time.perf_counter() - t0) / max(len(proposals), 1)
+                for p, result in zip(proposals, results, strict=True):
+                    name = f"i{k}-c{len(candidates) + 1}"
+                    record = {"name": name, "source": p.source, "seconds": round(seconds, 3)}
+                    if isinstance(result, RewardCompileError):
+                        attempts.append({**record, "ok": False, "stage": result.stage, "line": result.lineno,
+                                         "error": str(result)})
+                        continue
+                    attempts.append({**record, "ok": True})
+                    self.run.write_text(f"{folder}/{name}.py", p.source)
+                    result.save(self.run.file(f"{folder}/{name}.jaxreward"))
+                    candidates.append({"name": name, "origin": "offline proposer",
+                                       "proposal": dataclasses.asdict(p) | {"name": name, "source": p.source},
+                                       "components": list(result.component_names), "params": dict(result.params)})
+                    advance(1)
+        if not candidates:
+            raise RuntimeError(f"iteration {k}: no program compiled in {len(attempts)} attempts; see "
+                               f"{self.run.file(f'iter{k}/attempts.json')}")
+        self.run.write_json(f"iter{k}/attempts.json", attempts)
+        self.run.write_json(f"iter{k}/candidates.json", candidates)
+
+    def select(self, k: int) -> None:
+        """TAC over the store keeps N (the carried best always stays); all N while the store is small."""
+        c = self.config
+        candidates = self.run.read_json(f"iter{k}/candidates.json")
+        names = [x["name"] for x in candidates]
+        labelled = self.store.count_labelled()
+        tac_scores = None
+        if labelled >= c.tac_min_preferences and len(names) > c.n:
+            from jaxrace.rewards.tac import tac
+
+            bank = self._bank(f"iter{k}/candidates", names)
+            first, second, labels = self.store.labelled_pairs()
+            with self.display.task(f"iter{k}/select: TAC over {len(labels)} preferences", total=None):
+                tac_scores = np.asarray(tac(bank, jax.tree.map(jnp.asarray, first), jax.tree.map(jnp.asarray, second),
+                                            jnp.asarray(labels), variant="b"))
+            carried = [i for i, x in enumerate(candidates) if x["origin"].startswith("carried")]
+            order = carried + [int(i) for i in np.argsort(-tac_scores, kind="stable") if int(i) not in carried]
+            selected = sorted(order[:c.n])
+            reason = f"the top {c.n} of {len(names)} by TAC (tau-b) over {labelled} stored preferences"
+        else:
+            selected = list(range(min(c.n, len(names))))
+            reason = (f"TAC needs at least {c.tac_min_preferences} stored preferences and the store holds {labelled}: "
+                      f"kept the first {len(selected)}" if len(names) > c.n else
+                      f"all {len(names)} candidates fit the N={c.n} trained")
+        self.run.log(f"iter{k}/select: {reason}")
+        self.run.write_json(f"iter{k}/select.json", {
+            "selected": [names[i] for i in selected], "reason": reason, "labelled_preferences": labelled,
+            "tac": None if tac_scores is None else dict(zip(names, tac_scores.tolist(), strict=True))})
+
+    def _runs(self, k) -> tuple[list[str], str]:
+        """(candidate names trained in stage k, the folder of their artifacts)."""
+        if k == "final":
+            return [self._winner(), *LIBRARY_BASELINES], "final/candidates"
+        return self.run.read_json(f"iter{k}/select.json")["selected"], f"iter{k}/candidates"
+
+    def _winner(self) -> str:
+        return self.run.read_json(f"iter{self.config.iterations}/rank.json")["best"]
+
+    def _bank(self, folder: str, names: list[str]):
+        from jaxrace.rewards import RewardBank, load_reward
+
+        return RewardBank.from_compiled([load_reward(self.run.file(f"{folder}/{n}.jaxreward")) for n in names])
+
+    def _trainer(self, k, bank):
+        from jaxrace.agents import NetworkConfig, TrainConfig, make_train
+
+        c = self.config
+        network = NetworkConfig(recurrent=c.recurrent, hidden=c.hidden, actor_input=c.actor_input)
+        config = TrainConfig(network=network, num_envs=c.num_envs, rollout_steps=c.rollout_steps,
+                             updates_per_epoch=c.updates_per_epoch, batch_size=c.batch_size,
+                             replay_size=c.replay_size, warmup_epochs=c.warmup_epochs,
+                             epochs=c.final_epochs if k == "final" else c.epochs)
+        return make_train(config, self.envs.train_env, self.envs.train_params, bank)
+
+    def _prepare_final(self) -> None:
+        from jaxrace.rewards import library_reward, load_reward
+
+        folder = "final/candidates"
+        winner = self._winner()
+        last = f"iter{self.config.iterations}/candidates"
+        self.run.write_text(f"{folder}/{winner}.py", self.run.file(f"{last}/{winner}.py").read_text(encoding="utf-8"))
+        load_reward(self.run.file(f"{last}/{winner}.jaxreward")).save(self.run.file(f"{folder}/{winner}.jaxreward"))
+        for name in LIBRARY_BASELINES:
+            library_reward(name).save(self.run.file(f"{folder}/{name}.jaxreward"))
+
+    def train(self, k) -> None:
+        """The stage's candidates x seeds in one batched job; checkpoints per chunk, so a kill loses a chunk."""
+        from jaxrace.agents import HParams, train_many
+        from jaxrace.agents.checkpoint import save_checkpoint
+
+        c = self.config
+        if k == "final":
+            self._prepare_final()
+        names, folder = self._runs(k)
+        bank = self._bank(folder, names)
+        trainer = self._trainer(k, bank)
+        epochs = trainer.config.epochs
+        ckpt = self.run.file(f"{self._dir(k)}/train/job.ckpt.npz")
+        with self.display.task(f"{self._dir(k)}/train: {len(names)} x {c.seeds} runs (compile first)",
+                               total=epochs) as advance:
+            done = [0]
+
+            def progress(epoch, metrics):
+                advance(epoch - done[0])
+                done[0] = epoch
+                self.run.log(f"{self._dir(k)}/train: epoch {epoch}/{epochs}, progress m/step "
+                             + " ".join(f"{float(v):.2f}" for v in np.asarray(metrics.progress)[:, -1]))
+
+            state, history, reward_index = train_many(
+                trainer, stage_key(c, f"{self._dir(k)}/train"), list(range(len(names))), seeds_per_reward=c.seeds,
+                hparams=HParams(reward_scale=c.reward_scale), chunk_epochs=c.chunk_epochs, progress=progress,
+                checkpoint=str(ckpt))
+        save_checkpoint(self.run.file(f"{self._dir(k)}/train/agents.npz"),
+                        {"actor": state.actor, "critic": state.critic}, epochs)
+        curves = {f: np.asarray(getattr(history, f), np.float64) for f in history._fields}
+        failed = np.asarray(history.failed[:, -1], bool) | ~np.all(np.isfinite(curves["reward"]), axis=1)
+        runs = [{"candidate": names[int(i)], "seed": s % c.seeds, "failed": bool(failed[s])}
+                for s, i in enumerate(np.asarray(reward_index))]
+        self.run.write_json(f"{self._dir(k)}/train/curves.json", {
+            "runs": runs, "epochs": epochs, "env_steps_per_epoch": c.num_envs * c.rollout_steps,
+            **{f: v for f, v in curves.items() if f != "failed"}})
+        ckpt.unlink(missing_ok=True)  # the job state holds the replay buffer: large, and done with
+
+    @staticmethod
+    def _dir(k) -> str:
+        return "final" if k == "final" else f"iter{k}"
+
+    def _actors(self, k, trainer, runs: int):
+        from jaxrace.agents import HParams
+        from jaxrace.agents.checkpoint import load_checkpoint
+        from jaxrace.agents.runner import per_run_hparams
+
+        template = jax.eval_shape(jax.vmap(trainer.init), jax.random.split(jax.random.key(0), runs),
+                                  per_run_hparams(HParams(), runs), jnp.zeros((runs,), jnp.int32))
+        saved, _ = load_checkpoint(self.run.file(f"{self._dir(k)}/train/agents.npz"),
+                                   {"actor": template.actor, "critic": template.critic})
+        return saved["actor"]
+
+    def race(self, k) -> None:
+        """Evaluation races of every run; metrics, component statistics, clips (stored) and videos."""
+        from jaxrace.agents.evaluation import evaluate
+
+        c, e = self.config, self.envs
+        d = self._dir(k)
+        names, folder = self._runs(k)
+        bank = self._bank(folder, names)
+        trainer = self._trainer(k, bank)
+        curves = self.run.read_json(f"{d}/train/curves.json")
+        runs = curves["runs"]
+        actors = self._actors(k, trainer, len(runs))
+        races = c.final_races if k == "final" else c.eval_races
+        k_field, k_race = jax.random.split(stage_key(c, f"{d}/race"))
+        with self.display.task(f"{d}/race: {len(runs)} runs x {races} races", total=None):
+            ev = evaluate(trainer, actors, e.race_env, e.race_fields(k_field, races), k_race, e.race_steps,
+                          num_races=races, params_per_race=True)
+        metrics = [[dataclasses.asdict(m) for m in per_run] for per_run in ev.metrics]
+        self.run.write_json(f"{d}/race/metrics.json", {"runs": runs, "races": metrics, "reference_lap": e.ref_lap})
+        self.run.write_json(f"{d}/race/components.json", self._component_stats(bank, ev, runs, names))
+        if k == "final":
+            self._videos(d, [(r["candidate"], ri, 0, 0) for ri, r in enumerate(runs) if r["seed"] == 0],
+                         ev.states, seconds=min(30.0, e.race_steps * e.race_env.static.dt))
+            return
+        ok = [ri for ri, r in enumerate(runs) if not r["failed"]]
+        ids = self._store_clips(d, k, [runs[ri]["candidate"] for ri in ok], [runs[ri]["seed"] for ri in ok], ok,
+                                jax.tree.map(lambda x: x[np.asarray(ok)], ev.states),
+                                ev.actions[np.asarray(ok)], same_race=True)
+        self.run.write_json(f"{d}/race/clips.json", {f"{a}/{b}/{s}": v for (a, b, s), v in ids.items()})
+
+    def _component_stats(self, bank, ev, runs, names) -> list[dict]:
+        """Per run: each component of its own reward over its races (min, mean, max, share, samples)."""
+        from jaxrace.rewards.api import Action
+
+        views = ev.states.view  # [R, races, T + 1]
+        prev = jax.tree.map(lambda x: x[:, :, :-1], views)
+        curr = jax.tree.map(lambda x: x[:, :, 1:], views)
+        action = Action(steering=ev.actions[..., 0], throttle_brake=ev.actions[..., 1])
+        batched = jax.jit(jax.vmap(jax.vmap(jax.vmap(lambda p, a, q: bank.evaluate_all(p, a, q)))))
+        totals, components = (np.asarray(x) for x in batched(prev, action, curr))  # [R, races, T, N(, C)]
+        out = []
+        for r, run in enumerate(runs):
+            i = names.index(run["candidate"])
+            own = components[r, :, :, i, :]
+            entry = {"candidate": run["candidate"], "seed": run["seed"],
+                     "total_per_step": float(np.mean(totals[r, :, :, i])), "components": {}}
+            scale = np.sum(np.abs(own[..., :len(bank.component_names[i])]).mean(axis=(0, 1))) or 1.0
+            for j, comp in enumerate(bank.component_names[i]):
+                values = own[..., j].ravel()
+                entry["components"][comp] = {  # + 0.0: no "-0" in the report
+                    "min": float(values.min()) + 0.0, "mean": float(values.mean()) + 0.0,
+                    "max": float(values.max()) + 0.0,
+                    "share": float(np.abs(values).mean() / scale), "constant": bool(values.max() == values.min()),
+                    "samples": values[np.linspace(0, values.size - 1, 10).astype(int)].round(4).tolist()}
+            out.append(entry)
+        return out
+
+    def _store_clips(self, d: str, k: int, names, seeds, runs, states, actions, *, same_race: bool) -> dict:
+        """Cuts clips_per_race clips of every race, saves their arrays, stores them; {(run, race, slot): id}.
+
+        `states`/`actions` have leading axes [len(names), races] (or [len(names)] for one race each
+        when not `same_race`); `runs` are the labels the ids are keyed by.
+        """
+        from jaxrace.judges import clip_facts
+        from jaxrace.rewards.clips import cut_clip
+        from jaxrace.rewards.preferences import save_clip_arrays
+
+        c, e = self.config, self.envs
+        if not same_race:
+            states = jax.tree.map(lambda x: x[:, None], states)
+            actions = actions[:, None]
+        views = states.view  # [R, races, T + 1]
+        races = views.progress.shape[1]
+        length = e.clip_steps
+        steps = views.progress.shape[2] - 1
+        slots = c.clips_per_race
+        starts = [round(j * (steps - length) / max(slots - 1, 1)) for j in range(slots)]
+        done = views.finished[..., 1:] & ~views.finished[..., :-1]
+        from jaxrace.rewards.api import Action
+
+        act = Action(steering=actions[..., 0], throttle_brake=actions[..., 1])
+        cut = jax.jit(jax.vmap(jax.vmap(jax.vmap(cut_clip, in_axes=(None, None, None, 0, None)),
+                                        in_axes=(0, 0, 0, None, None)), in_axes=(0, 0, 0, None, None)),
+                      static_argnums=4)
+        clips = cut(views, act, done, jnp.asarray(starts), length)  # [R, races, slots, ...]
+        flat = jax.tree.map(lambda x: np.asarray(x).reshape(-1, *x.shape[3:]), clips)
+        path = save_clip_arrays(self.run.file(f"{d}/clips.npz"), flat)
+        ids = {}
+        videos = self._clip_videos(d, names, seeds, states, starts) if same_race else {}
+        row = 0
+        for r, (name, seed, run) in enumerate(zip(names, seeds, runs, strict=True)):
+            for i in range(races):
+                for j in range(slots):
+                    one = jax.tree.map(lambda x, row=row: x[row], flat)
+                    key = f"{d}/{name}/seed{seed}/race{i}/slot{j}"
+                    ids[(run, i, j)] = self.store.add_clip(
+                        key, iteration=k, candidate=name, seed=seed, race=i, start=starts[j], length=length,
+                        metrics=dataclasses.asdict(clip_facts(one)), arrays=path, arrays_row=row,
+                        video=videos.get((r, i, j)))
+                    row += 1
+        return ids
+
+    def _clip_videos(self, d, names, seeds, states, starts) -> dict:
+        """Renders videos_per_candidate clips of each candidate's seed-0 run: {(run, race, slot): path}."""
+        c = self.config
+        wanted = []
+        for r, (name, seed) in enumerate(zip(names, seeds, strict=True)):
+            if seed == 0:
+                slots = [(i, j) for i in range(states.view.progress.shape[1]) for j in range(len(starts))]
+                wanted += [(name, r, i, j) for i, j in slots[:c.videos_per_candidate]]
+        paths = self._videos(d, wanted, states, starts=starts, seconds=c.clip_seconds)
+        return {(r, i, j): p for (_, r, i, j), p in zip(wanted, paths, strict=True)}
+
+    def _videos(self, d, wanted, states, *, starts=(0,), seconds: float) -> list[str]:
+        """Renders (name, run, race, slot) clips to d/videos; returns their paths relative to the run."""
+        import os
+
+        from jaxrace.envs.video import render_clip
+
+        e = self.envs
+        out = []
+        with self.display.task(f"{d}: render {len(wanted)} videos", total=len(wanted)) as advance:
+            for name, r, i, j in wanted:
+                one = jax.tree.map(lambda x, r=r, i=i: x[r, i], states)
+                target = self.run.file(f"{d}/videos/{name}-race{i}-slot{j}.mp4")
+                target.parent.mkdir(parents=True, exist_ok=True)
+                tmp = target.with_name(f".tmp-{target.name}")
+                written = render_clip(e.race_env, e.race_params, one, tmp, start=starts[j], seconds=seconds)
+                final = target.with_suffix(written.suffix)
+                os.replace(written, final)
+                out.append(str(final.relative_to(self.run.path)))
+                advance(1)
+        return out
+
+    def _judge(self, k: int, pairs, d: str) -> list[dict]:
+        """Judges (key, first id, second id) pairs not yet in the store; returns every verdict's record."""
+        from jaxrace.judges import Pair
+
+        judge = self.judge()
+        records = []
+        with self.display.task(f"{d}: judge {len(pairs)} pairs", total=len(pairs)) as advance:
+            for key, first, second in pairs:
+                pref = self.store.preference(key)
+                if pref is None:
+                    a, b = self.store.clips([first, second])
+                    t0 = time.perf_counter()
+                    one_a, one_b = (jax.tree.map(lambda x: x[0], self.store.load_clips([row])) for row in (a, b))
+                    verdict = judge.judge(Pair(key=key, first=one_a, second=one_b, first_video=a.video,
+                                               second_video=b.video))
+                    pref = self.store.add_preference(
+                        key, iteration=k, first=first, second=second, label=verdict.label, judge_kind=judge.kind,
+                        judge_id=judge.id, rationale=verdict.rationale, confidence=verdict.confidence,
+                        seconds=time.perf_counter() - t0)
+                records.append({"key": key, "first": first, "second": second, "label": pref.label,
+                                "judge": pref.judge_id, "rationale": pref.rationale})
+                advance(1)
+        return records
+
+    def judge_pairs(self, k: int) -> None:
+        """Every pair of candidates on the same race, clip slot and seed; left/right order drawn."""
+        c = self.config
+        d = f"iter{k}"
+        runs = self.run.read_json(f"{d}/train/curves.json")["runs"]
+        ids = self.run.read_json(f"{d}/race/clips.json")
+        ok = [ri for ri, r in enumerate(runs) if not r["failed"]]
+        rng = np.random.default_rng([c.seed, k, 0x9A1D])
+        pairs = []
+        for seed in range(c.seeds):
+            mine = [ri for ri in ok if runs[ri]["seed"] == seed]
+            for i in range(c.eval_races):
+                for j in range(c.clips_per_race):
+                    for a, b in itertools.combinations(mine, 2):
+                        if rng.uniform() < 0.5:
+                            a, b = b, a
+                        key = f"{d}/seed{seed}/race{i}/slot{j}/{runs[a]['candidate']}~{runs[b]['candidate']}"
+                        pairs.append((key, ids[f"{a}/{i}/{j}"], ids[f"{b}/{i}/{j}"]))
+        records = self._judge(k, pairs, d)
+        self.run.write_json(f"{d}/judge.json", records)
+
+    def rank(self, k: int) -> None:
+        """Bradley-Terry over this iteration's verdicts; failed candidates rank last; the feedback."""
+        from jaxrace.rewards.bradley_terry import bradley_terry
+
+        d = f"iter{k}"
+        names = self.run.read_json(f"{d}/select.json")["selected"]
+        runs = self.run.read_json(f"{d}/train/curves.json")["runs"]
+        failed = {n: all(r["failed"] for r in runs if r["candidate"] == n) for n in names}
+        clip_owner = {row.id: row.candidate for row in self.store.clips()}
+        winners, losers, ties = [], [], []
+        for p in self.store.preferences(k):
+            if p.label == "skip":
+                continue
+            a, b = names.index(clip_owner[p.first]), names.index(clip_owner[p.second])
+            w, lo = (b, a) if p.label == "second" else (a, b)
+            winners.append(w)
+            losers.append(lo)
+            ties.append(p.label == "tie")
+        scores, stderr = (np.asarray(x, np.float64) for x in bradley_terry(
+            jnp.asarray(winners, jnp.int32), jnp.asarray(losers, jnp.int32), len(names), jnp.asarray(ties, bool)))
+        order = sorted(range(len(names)), key=lambda i: (failed[names[i]], -scores[i]))
+        trained = [names[i] for i in order if not failed[names[i]]]
+        if not trained:
+            raise RuntimeError(f"iteration {k}: every candidate failed in training; see {d}/train/curves.json")
+        metrics = self.run.read_json(f"{d}/race/metrics.json")
+        summary = {n: race_summary([m for r, m in zip(runs, metrics["races"], strict=True) if r["candidate"] == n])
+                   for n in names}
+        best = trained[0]
+        self.run.write_json(f"{d}/rank.json", {
+            "names": names, "scores": scores, "stderr": stderr, "failed": failed, "order": [names[i] for i in order],
+            "best": best, "parents": trained[:2], "games": len(winners), "races": summary})
+        text = feedback_text(best, scores[names.index(best)], stderr[names.index(best)], summary[best],
+                             self.run.read_json(f"{d}/race/components.json"))
+        self.run.write_text(f"{d}/feedback.txt", text)
+        self.store.add_feedback(k, "loop", text)
+
+
+def race_summary(races_per_run: list[list[dict]]) -> dict:
+    """Medians and means over every race of a candidate's runs."""
+    races = [r for per_run in races_per_run for r in per_run]
+    if not races:
+        return {}
+    laps = [r["best_lap"] for r in races if r["best_lap"] is not None]
+    return {
+        "races": len(races),
+        "median_position": float(np.median([r["finishing_position"] for r in races])),
+        "mean_positions_gained": float(np.mean([r["positions_gained"] for r in races])),
+        "at_fault_contacts_per_race": float(np.mean([r["collisions_at_fault"] for r in races])),
+        "side_contacts_per_race": float(np.mean([r["side_contacts"] for r in races])),
+        "course_outs_per_race": float(np.mean([r["course_outs"] for r in races])),
+        "wall_hits_per_race": float(np.mean([r["wall_hits"] for r in races])),
+        "finished": float(np.mean([r["finished"] for r in races])),
+        "best_lap": min(laps) if laps else None,
+    }
+
+
+def feedback_text(best: str, score: float, stderr: float, summary: dict, components: list[dict]) -> str:
+    """What the iteration learned, in words (the next prompt's feedback once an LLM writes programs)."""
+    lines = [f"Best candidate: {best} (Bradley-Terry {score:+.2f} +- {stderr:.2f})."]
+    if summary:
+        lap = "no full lap" if summary["best_lap"] is None else f"best lap {summary['best_lap']:.2f} s"
+        lines.append(f"Races: median position {summary['median_position']:.1f}, "
+                     f"{summary['mean_positions_gained']:+.1f} places on average, "
+                     f"{summary['at_fault_contacts_per_race']:.1f} at-fault contacts, "
+                     f"{summary['course_outs_per_race']:.1f} course-outs, {summary['wall_hits_per_race']:.1f} wall "
+                     f"hits per race, {lap}.")
+    for entry in components:
+        if entry["candidate"] == best and entry["seed"] == 0:
+            for comp, s in entry["components"].items():
+                note = " (constant)" if s["constant"] else " (dominates)" if s["share"] > 0.6 else ""
+                lines.append(f"  {comp}: min {s['min']:.3g}, mean {s['mean']:.3g}, max {s['max']:.3g}, "
+                             f"share {s['share']:.0%}{note}")
+    return "\n".join(lines) + "\n"
+
+
+def run_design(config: DesignConfig, run_dir: str | Path, *, quiet: bool = False) -> Path:
+    """Runs (or resumes) the loop in `run_dir`; returns the report's path.
+
+    Raises `ConfigMismatch` when `run_dir` holds a run of another config.
+    """
+    from jaxrace.design.compile_cache import enable_compile_cache
+
+    enable_compile_cache()
+    run = RunDir.open(run_dir, config)
+    with Display(quiet=quiet) as display:
+        loop = Loop(config, run, display)
+        try:
+            return loop.run_all()
+        finally:
+            loop.store.close()

@@ -1,0 +1,283 @@
+"""report.html from a run directory's files alone (host-side; opens from the folder, no server).
+
+Charts are inline SVG and videos are relative links, so the page has no dependency and
+travels with the directory.
+"""
+
+from __future__ import annotations
+
+import difflib
+import html
+import json
+from pathlib import Path
+
+from jaxrace.design.rundir import RunDir
+
+COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#7f7f7f")
+STYLE = """
+body { font: 14px/1.45 system-ui, sans-serif; margin: 2em auto; max-width: 1100px; color: #222; padding: 0 1em; }
+h1 { font-size: 1.6em; } h2 { border-bottom: 1px solid #ccc; padding-bottom: .2em; margin-top: 2em; }
+table { border-collapse: collapse; margin: .6em 0; } td, th { border: 1px solid #ddd; padding: 3px 8px; }
+th { background: #f3f3f3; text-align: left; } td.num { text-align: right; font-variant-numeric: tabular-nums; }
+tr.best td { background: #eaf6ea; } tr.failed td { color: #a33; }
+pre { background: #f7f7f7; padding: .6em; overflow-x: auto; font-size: 12px; }
+.diff-add { color: #176317; } .diff-del { color: #a31515; }
+.videos { display: flex; flex-wrap: wrap; gap: 12px; } .videos figure { margin: 0; }
+figcaption { font-size: 12px; color: #555; } .note { color: #555; }
+"""
+
+
+def _e(x) -> str:
+    return html.escape(str(x))
+
+
+def _num(x, fmt="{:.2f}") -> str:
+    return "-" if x is None else fmt.format(x)
+
+
+def _table(header: list[str], rows: list[list], classes: list[str] | None = None) -> str:
+    head = "".join(f"<th>{_e(h)}</th>" for h in header)
+    body = []
+    for i, row in enumerate(rows):
+        cls = f' class="{classes[i]}"' if classes and classes[i] else ""
+        cells = "".join(f'<td class="num">{_e(c)}</td>' if isinstance(c, int | float) else f"<td>{c}</td>"
+                        for c in row)
+        body.append(f"<tr{cls}>{cells}</tr>")
+    return f"<table><tr>{head}</tr>{''.join(body)}</table>"
+
+
+def svg_lines(series: dict[str, list[float]], *, xlabel: str, ylabel: str, width=520, height=220) -> str:
+    """A line chart of named series (x = index)."""
+    finite = [v for ys in series.values() for v in ys if v == v and abs(v) != float("inf")]
+    if not finite:
+        return '<p class="note">no data</p>'
+    lo, hi = min(finite), max(finite)
+    hi = hi if hi > lo else lo + 1.0
+    n = max(len(ys) for ys in series.values())
+    left, bottom, top, right = 50, 30, 10, 130
+    w, h = width - left - right, height - top - bottom
+
+    def xy(i, v):
+        return left + w * i / max(n - 1, 1), top + h * (1 - (v - lo) / (hi - lo))
+
+    parts = [f'<svg width="{width}" height="{height}" xmlns="http://www.w3.org/2000/svg" font-size="11">',
+             f'<rect x="{left}" y="{top}" width="{w}" height="{h}" fill="none" stroke="#999"/>',
+             f'<text x="{left - 4}" y="{top + 8}" text-anchor="end">{hi:.3g}</text>',
+             f'<text x="{left - 4}" y="{top + h}" text-anchor="end">{lo:.3g}</text>',
+             f'<text x="{left + w / 2}" y="{height - 6}" text-anchor="middle">{_e(xlabel)}</text>',
+             f'<text x="12" y="{top + h / 2}" transform="rotate(-90 12 {top + h / 2})" '
+             f'text-anchor="middle">{_e(ylabel)}</text>']
+    for j, (name, ys) in enumerate(series.items()):
+        color = COLORS[j % len(COLORS)]
+        points = " ".join(f"{x:.1f},{y:.1f}" for x, y in (xy(i, v) for i, v in enumerate(ys) if v == v))
+        parts.append(f'<polyline fill="none" stroke="{color}" stroke-width="1.5" points="{points}"/>')
+        parts.append(f'<text x="{left + w + 6}" y="{top + 12 + 14 * j}" fill="{color}">{_e(name)}</text>')
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def svg_error_bars(names: list[str], values: list[float], errors: list[float], *, width=520) -> str:
+    """Horizontal points with +-1 standard error bars (Bradley-Terry scores)."""
+    row, left, right = 22, 90, 20
+    height = row * len(names) + 30
+    lo = min(v - e for v, e in zip(values, errors, strict=True))
+    hi = max(v + e for v, e in zip(values, errors, strict=True))
+    lo, hi = min(lo, 0.0), max(hi, 0.0)
+    hi = hi if hi > lo else lo + 1.0
+    w = width - left - right
+
+    def x(v):
+        return left + w * (v - lo) / (hi - lo)
+
+    parts = [f'<svg width="{width}" height="{height}" xmlns="http://www.w3.org/2000/svg" font-size="11">',
+             f'<line x1="{x(0):.1f}" y1="5" x2="{x(0):.1f}" y2="{height - 20}" stroke="#bbb" stroke-dasharray="3"/>',
+             f'<text x="{left}" y="{height - 5}">{lo:.2f}</text>',
+             f'<text x="{left + w}" y="{height - 5}" text-anchor="end">{hi:.2f}</text>']
+    for i, (name, v, e) in enumerate(zip(names, values, errors, strict=True)):
+        y = 15 + row * i
+        parts.append(f'<text x="{left - 6}" y="{y + 4}" text-anchor="end">{_e(name)}</text>')
+        parts.append(f'<line x1="{x(v - e):.1f}" y1="{y}" x2="{x(v + e):.1f}" y2="{y}" stroke="#333"/>')
+        parts.append(f'<circle cx="{x(v):.1f}" cy="{y}" r="4" fill="{COLORS[0]}"/>')
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def _diff(old: str, new: str) -> str:
+    lines = []
+    for line in difflib.unified_diff(old.splitlines(), new.splitlines(), "previous best", "this candidate",
+                                     lineterm="", n=2):
+        cls = "diff-add" if line.startswith("+") else "diff-del" if line.startswith("-") else ""
+        lines.append(f'<span class="{cls}">{_e(line)}</span>' if cls else _e(line))
+    return "\n".join(lines) or "(identical)"
+
+
+def _videos(paths: list[tuple[str, str]]) -> str:
+    if not paths:
+        return ""
+    figures = "".join(f'<figure><video src="{_e(p)}" controls muted loop width="320"></video>'
+                      f"<figcaption>{_e(caption)}</figcaption></figure>" for p, caption in paths)
+    return f'<div class="videos">{figures}</div>'
+
+
+def _race_cells(s: dict) -> list:
+    if not s:
+        return ["-"] * 6
+    return [s["median_position"], round(s["mean_positions_gained"], 2), round(s["at_fault_contacts_per_race"], 2),
+            round(s["course_outs_per_race"], 2), round(s["wall_hits_per_race"], 2), _num(s["best_lap"])]
+
+
+RACE_HEADER = ["median pos.", "places gained", "at-fault contacts/race", "course-outs/race", "wall hits/race",
+               "best lap (s)"]
+
+
+def _iteration(run: RunDir, k: int, previous_best: tuple[str, str] | None) -> tuple[str, tuple[str, str] | None]:
+    d = f"iter{k}"
+    out = [f'<h2 id="{d}">Iteration {k}</h2>']
+    if not run.exists(f"{d}/candidates.json"):
+        return "".join(out) + '<p class="note">not run yet</p>', previous_best
+    candidates = run.read_json(f"{d}/candidates.json")
+    attempts = run.read_json(f"{d}/attempts.json")
+    select = run.read_json(f"{d}/select.json") if run.exists(f"{d}/select.json") else None
+    rank = run.read_json(f"{d}/rank.json") if run.exists(f"{d}/rank.json") else None
+    failed_compiles = [a for a in attempts if not a["ok"]]
+    out.append(f"<p>{len(candidates)} candidates; {len(attempts)} new programs compiled in the sandbox, "
+               f"{len(failed_compiles)} refused.</p>")
+    if select:
+        out.append(f'<p class="note">Selection: {_e(select["reason"])}.</p>')
+    rows, classes = [], []
+    order = rank["order"] if rank else [c["name"] for c in candidates]
+    order += [c["name"] for c in candidates if c["name"] not in order]
+    info = {c["name"]: c for c in candidates}
+    for name in order:
+        c = info[name]
+        tac = select["tac"].get(name) if select and select["tac"] else None
+        chosen = bool(select) and name in select["selected"]
+        score = err = None
+        if rank and name in rank["names"]:
+            i = rank["names"].index(name)
+            score, err = rank["scores"][i], rank["stderr"][i]
+        failed = bool(rank and rank["failed"].get(name))
+        status = "not trained" if not chosen else "failed in training" if failed else "trained"
+        bt = "-" if score is None else f"{score:+.2f} &plusmn; {err:.2f}"
+        race = rank["races"].get(name, {}) if rank else {}
+        rows.append([_e(name), _e(c["origin"]), _e(", ".join(c["components"])), _num(tac), status, bt,
+                     *_race_cells(race)])
+        classes.append("best" if rank and name == rank["best"] else "failed" if failed else "")
+    out.append(_table(["candidate", "origin", "components", "TAC", "training", "Bradley-Terry", *RACE_HEADER],
+                      rows, classes))
+    if rank:
+        names = [n for n in rank["order"] if n in rank["names"]]
+        idx = [rank["names"].index(n) for n in names]
+        out.append("<h3>Bradley-Terry strengths (&plusmn; 1 s.e.)</h3>")
+        out.append(svg_error_bars(names, [rank["scores"][i] for i in idx], [rank["stderr"][i] for i in idx]))
+    if run.exists(f"{d}/train/curves.json"):
+        out.append("<h3>Training</h3>" + _curves(run.read_json(f"{d}/train/curves.json")))
+    if rank:
+        best = rank["best"]
+        clips = sorted(p.relative_to(run.path) for p in run.file(f"{d}/videos").glob(f"{best}-*"))
+        out.append(f"<h3>The best agent, {_e(best)}</h3>")
+        out.append(_videos([(str(p), p.stem) for p in clips]))
+        out.append(f"<h4>Feedback to the next iteration</h4><pre>{_e(run.file(f'{d}/feedback.txt').read_text())}</pre>")
+    if run.exists(f"{d}/judge.json"):
+        out.append(_judged(run, run.read_json(f"{d}/judge.json")))
+    if failed_compiles:
+        out.append("<h3>Refused programs</h3>" + _table(
+            ["program", "stage", "line", "error"],
+            [[_e(a["name"]), _e(a["stage"]), _e(a["line"]), f"<pre>{_e(a['error'])}</pre>"] for a in failed_compiles]))
+    out.append("<h3>Sources</h3>")
+    for c in candidates:
+        source = run.file(f"{d}/candidates/{c['name']}.py").read_text(encoding="utf-8")
+        if previous_best and c["name"] != previous_best[0]:
+            body = f"<p class='note'>diff against the previous best, {_e(previous_best[0])}</p>" \
+                   f"<pre>{_diff(previous_best[1], source)}</pre>"
+        else:
+            body = f"<pre>{_e(source)}</pre>"
+        out.append(f"<details><summary>{_e(c['name'])} ({_e(c['origin'])})</summary>{body}</details>")
+    if rank:
+        best = rank["best"]
+        previous_best = (best, run.file(f"{d}/candidates/{best}.py").read_text(encoding="utf-8"))
+    return "".join(out), previous_best
+
+
+def _curves(curves: dict) -> str:
+    labels = [f"{r['candidate']} s{r['seed']}" for r in curves["runs"]]
+    progress = {label: row for label, row in zip(labels, curves["progress"], strict=True)}
+    reward = {label: row for label, row in zip(labels, curves["reward"], strict=True)}
+    return (svg_lines(progress, xlabel="epoch", ylabel="progress (m/step)")
+            + svg_lines(reward, xlabel="epoch", ylabel="own reward per step"))
+
+
+def _judged(run: RunDir, records: list[dict], limit: int = 40) -> str:
+    from jaxrace.rewards.preferences import PreferenceStore
+
+    with PreferenceStore(run.file("preferences.sqlite")) as store:
+        clips = {c.id: c for c in store.clips()}
+    rows = []
+    for r in records[:limit]:
+        a, b = clips[r["first"]], clips[r["second"]]
+        rows.append([_e(a.candidate), _e(b.candidate), f"race {a.race}, {a.start / 10:.0f} s", _e(r["label"]),
+                     _e(r["rationale"])])
+    more = f'<p class="note">and {len(records) - limit} more</p>' if len(records) > limit else ""
+    return (f"<h3>Judged pairs ({len(records)})</h3>"
+            + _table(["first", "second", "clip", "verdict", "rationale"], rows) + more)
+
+
+def _final(run: RunDir) -> str:
+    if not run.exists("final/race/metrics.json"):
+        return '<h2 id="final">Final agent</h2><p class="note">not run yet</p>'
+    from jaxrace.design.loop import race_summary
+
+    metrics = run.read_json("final/race/metrics.json")
+    runs = metrics["runs"]
+    names = list(dict.fromkeys(r["candidate"] for r in runs))
+    rows = []
+    for name in names:
+        s = race_summary([m for r, m in zip(runs, metrics["races"], strict=True) if r["candidate"] == name])
+        rows.append([_e(name), *_race_cells(s), _num(s["finished"], "{:.0%}")])
+    ref = metrics.get("reference_lap")
+    out = ['<h2 id="final">Final agent against the library rewards</h2>',
+           f"<p>The winner and the library rewards, trained on the same budget and raced "
+           f"{len(metrics['races'][0])} times each from the back of the grid against the built-in AI"
+           + (f" (reference lap {ref:.2f} s)" if ref else "") + ".</p>",
+           _table(["reward", *RACE_HEADER, "finished"], rows, ["best"] + [""] * (len(rows) - 1))]
+    if run.exists("final/train/curves.json"):
+        out.append(_curves(run.read_json("final/train/curves.json")))
+    videos = sorted(p.relative_to(run.path) for p in run.file("final/videos").glob("*"))
+    out.append(_videos([(str(p), p.stem) for p in videos]))
+    return "".join(out)
+
+
+def build_report(run: RunDir) -> str:
+    config = run.config()
+    stages = {name: info for name, info in run.stages().items() if name != "report"}  # this page's own writing
+    parts = [f"<h1>jaxrace reward design</h1><p><b>Task:</b> {_e(config.task)}</p>",
+             f"<p>Preset <b>{_e(config.preset)}</b>, LLM <b>{_e(config.llm)}</b>, judge <b>{_e(config.judge)}</b>, "
+             f"track <b>{_e(config.track)}</b>, {config.iterations} iterations of M={config.m}, N={config.n}, "
+             f"{config.seeds} seed(s). Run directory <code>{_e(run.path.resolve())}</code>.</p>"]
+    nav = " | ".join(f'<a href="#iter{k}">iteration {k}</a>' for k in range(1, config.iterations + 1))
+    parts.append(f"<p>{nav} | <a href='#final'>final agent</a> | <a href='#time'>time and tokens</a></p>")
+    if run.exists("bootstrap/races.json"):
+        b = run.read_json("bootstrap/races.json")
+        parts.append(f"<h2>Bootstrap preferences</h2><p>{len(b['names'])} races of the built-in AI driving the ego "
+                     f"car with varied skill and aggression gave {b['pairs']} judged clip pairs before the first "
+                     "iteration, so TAC can filter from iteration 1.</p>")
+    previous = None
+    for k in range(1, config.iterations + 1):
+        section, previous = _iteration(run, k, previous)
+        parts.append(section)
+    parts.append(_final(run))
+    rows = [[_e(name), round(info["seconds"], 1), 0] for name, info in stages.items()]
+    total = sum(info["seconds"] for info in stages.values())
+    parts.append('<h2 id="time">Time and tokens per stage</h2>'
+                 + _table(["stage", "seconds", "LLM tokens"], rows + [["<b>total</b>", round(total, 1), 0]])
+                 + '<p class="note">The offline proposer is not an LLM: it spends no tokens.</p>')
+    parts.append(f"<details><summary>Configuration</summary><pre>{_e(json.dumps(config.to_dict(), indent=1))}"
+                 "</pre></details>")
+    return (f"<!doctype html><html><head><meta charset='utf-8'><title>jaxrace: {_e(config.task)}</title>"
+            f"<style>{STYLE}</style></head><body>{''.join(parts)}</body></html>")
+
+
+def write_report(run: RunDir | str | Path) -> Path:
+    """Writes report.html into the run directory and returns its path."""
+    run = run if isinstance(run, RunDir) else RunDir(run)
+    return run.write_text("report.html", build_report(run))

@@ -1,0 +1,59 @@
+import dataclasses
+import json
+
+import pytest
+
+from jaxrace.design import PRESETS, ConfigMismatch, DesignConfig, RunDir, load_config
+from jaxrace.design.rundir import atomic_write_json
+
+
+def test_presets_are_valid_and_differ_where_the_issue_says():
+    assert PRESETS["quick"].actor_input == "state" and PRESETS["quick"].llm == "offline"
+    paper = PRESETS["paper"]
+    assert (paper.m, paper.n, paper.iterations, paper.final_epochs) == (10, 5, 4, 1500)
+    assert paper.actor_input == "pixels" and paper.recurrent
+    assert PRESETS["standard"].track == "gp"
+    assert {p.preset for p in PRESETS.values()} == set(PRESETS)
+
+
+def test_toml_then_options_override_the_preset(tmp_path):
+    path = tmp_path / "c.toml"
+    path.write_text('preset = "standard"\nm = 8\nclip_seconds = 12\ntask = "stay on track"\n')
+    config = load_config("quick", path, n=2, task=None)
+    assert config.preset == "standard" and config.m == 8 and config.n == 2
+    assert config.clip_seconds == 12.0 and isinstance(config.clip_seconds, float)
+    assert config.task == "stay on track" and config.track == "gp"  # the rest from the standard preset
+
+
+@pytest.mark.parametrize("text, message", [
+    ("mm = 3\n", "unknown config keys \\['mm'\\]"),
+    ("m = 'four'\n", "m must be a int"),
+    ("m = 2\nn = 3\n", "n \\(trained per iteration, 3\\) cannot exceed m"),
+    ("epochs = 70\n", "chunk_epochs \\(50\\) must divide epochs \\(70\\)"),
+    ("llm = 'gpt'\n", "llm must be one of"),
+    ("m = [\n", "cannot read the config"),
+    ('preset = "huge"\n', "unknown preset 'huge'"),
+])
+def test_bad_configs_are_refused_with_the_field_named(tmp_path, text, message):
+    path = tmp_path / "bad.toml"
+    path.write_text(text)
+    with pytest.raises(ValueError, match=message):
+        load_config("quick", path)
+
+
+def test_a_run_directory_refuses_another_config_and_foreign_folders(tmp_path):
+    config = DesignConfig()
+    run = RunDir.open(tmp_path / "run", config)
+    assert RunDir.open(tmp_path / "run", config).config() == config  # the same config resumes
+    with pytest.raises(ConfigMismatch, match="iterations: 2 -> 3"):
+        RunDir.open(tmp_path / "run", dataclasses.replace(config, iterations=3))
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "notes.txt").write_text("mine")
+    with pytest.raises(ConfigMismatch, match="not a jaxrace run directory"):
+        RunDir.open(tmp_path / "other", config)
+    run.mark_done("bootstrap", 1.5)
+    assert run.done("bootstrap") and not run.done("iter1/generate")
+    # Standard JSON: an infinite judge beta is written as a string and read back.
+    assert json.loads(run.file("config.json").read_text())["judge_beta"] == "inf"
+    atomic_write_json(tmp_path / "x.json", {"a": float("nan")})
+    assert not list(tmp_path.glob(".*.tmp"))

@@ -1,0 +1,165 @@
+"""The reward-design loop end to end on a tiny config, through the command line, offline.
+
+One uninterrupted run is shared by the tests; a second run is killed (SIGKILL) in the middle
+of training and in the middle of racing, resumed with the same command, and must end with
+the same results. Runs share a JAX compilation cache, so later compiles are quick.
+"""
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+TINY = """
+iterations = 2
+m = 3
+n = 2
+epochs = 20
+chunk_epochs = 10
+final_epochs = 20
+warmup_epochs = 2
+replay_size = 4000
+hidden = 32
+num_envs = 8
+opponents = 2
+eval_races = 1
+final_races = 1
+clip_seconds = 5.0
+clips_per_race = 2
+bootstrap_races = 4
+tac_min_preferences = 5
+"""
+STAGES = ["bootstrap"] + [f"iter{k}/{s}" for k in (1, 2) for s in ("generate", "select", "train", "race", "judge",
+                                                                     "rank")] + ["final/train", "final/race", "report"]
+RUN_TIMEOUT_S = 600
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    root = tmp_path_factory.mktemp("design")
+    config = root / "tiny.toml"
+    config.write_text(TINY)
+    env = {**os.environ, "JAXRACE_CACHE_DIR": str(root / "xla-cache"), "JAX_PLATFORMS": "cpu"}
+    return root, config, env
+
+
+def command(config, run_dir, *extra):
+    return [sys.executable, "-m", "jaxrace.cli", "design", "--config", str(config), "--run-dir", str(run_dir),
+            "--quiet", *extra]
+
+
+@pytest.fixture(scope="module")
+def finished(setup):
+    root, config, env = setup
+    run = root / "uninterrupted"
+    out = subprocess.run(command(config, run), env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.strip().endswith(f"report: {run / 'report.html'}")
+    return run
+
+
+def test_every_stage_writes_its_files(finished):
+    run = finished
+    assert list(json.loads((run / "stages.json").read_text())) == STAGES
+    for k in (1, 2):
+        d = run / f"iter{k}"
+        candidates = json.loads((d / "candidates.json").read_text())
+        assert len(candidates) == 3
+        for c in candidates:
+            assert (d / "candidates" / f"{c['name']}.py").read_text().startswith('"""Offline proposal')
+            assert (d / "candidates" / f"{c['name']}.jaxreward").stat().st_size > 0
+        selected = json.loads((d / "select.json").read_text())
+        assert len(selected["selected"]) == 2 and selected["labelled_preferences"] >= 5
+        assert set(selected["tac"]) == {c["name"] for c in candidates}  # TAC ran: the bootstrap filled the store
+        curves = json.loads((d / "train" / "curves.json").read_text())
+        assert len(curves["runs"]) == 2 and len(curves["progress"][0]) == 20
+        assert (d / "train" / "agents.npz").exists() and not (d / "train" / "job.ckpt.npz").exists()
+        rank = json.loads((d / "rank.json").read_text())
+        assert rank["best"] in selected["selected"] and len(rank["scores"]) == 2
+        assert (d / "feedback.txt").read_text().startswith(f"Best candidate: {rank['best']}")
+        videos = list((d / "videos").iterdir())
+        assert len(videos) == 2 and all(v.stat().st_size > 1000 for v in videos)
+    # Iteration 2 carries iteration 1's best over and mutates it.
+    best = json.loads((run / "iter1" / "rank.json").read_text())["best"]
+    carried = json.loads((run / "iter2" / "candidates.json").read_text())[0]
+    assert carried["name"] == best and carried["origin"] == "carried from iteration 1"
+    final = json.loads((run / "final" / "race" / "metrics.json").read_text())
+    winner = json.loads((run / "iter2" / "rank.json").read_text())["best"]
+    assert [r["candidate"] for r in final["runs"]] == [winner, "progress", "gt_sophy"]
+    assert final["reference_lap"] > 0 and len(list((run / "final" / "videos").iterdir())) == 3
+
+
+def test_the_store_holds_every_clip_and_verdict(finished):
+    db = sqlite3.connect(finished / "preferences.sqlite")
+    # Bootstrap: 4 races x 2 clip slots; each iteration: 2 runs x 1 race x 2 slots.
+    assert db.execute("SELECT iteration, COUNT(*) FROM clips GROUP BY iteration").fetchall() == [(0, 8), (1, 4), (2, 4)]
+    # Bootstrap: C(4, 2) pairs x 2 slots; each iteration: 1 pair x 1 race x 2 slots.
+    assert db.execute("SELECT iteration, COUNT(*) FROM preferences GROUP BY iteration").fetchall() == \
+        [(0, 12), (1, 2), (2, 2)]
+    assert {r[0] for r in db.execute("SELECT judge_kind FROM preferences")} == {"scripted"}
+    assert db.execute("SELECT COUNT(*) FROM feedback").fetchone()[0] == 2
+
+
+def test_the_report_has_every_section_and_rebuilds(setup, finished):
+    _, _, env = setup
+    text = (finished / "report.html").read_text()
+    for section in ("Bootstrap preferences", "Iteration 1", "Iteration 2", "Bradley-Terry strengths",
+                    "The best agent", "Judged pairs", "Sources", "diff against the previous best",
+                    "Final agent against the library rewards", "Time and tokens per stage", "<video src="):
+        assert section in text, section
+    (finished / "report.html").unlink()
+    out = subprocess.run([sys.executable, "-m", "jaxrace.cli", "report", str(finished)], env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and (finished / "report.html").read_text() == text
+
+
+def test_another_config_on_the_same_directory_is_refused(setup, finished):
+    _, config, env = setup
+    before = (finished / "stages.json").read_text()
+    out = subprocess.run(command(config, finished, "--iterations", "3"), env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 2
+    assert "different config (iterations: 2 -> 3)" in out.stderr
+    assert (finished / "stages.json").read_text() == before
+
+
+def wait_for_line(log: Path, text: str, proc, timeout_s: float = RUN_TIMEOUT_S) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if log.exists() and text in log.read_text():
+            return
+        if proc.poll() is not None:
+            raise AssertionError(f"the run ended (exit {proc.returncode}) before logging {text!r}")
+        time.sleep(0.05)
+    raise AssertionError(f"no {text!r} in {log} after {timeout_s} s")
+
+
+def test_killed_twice_the_same_command_resumes_and_ends_the_same(setup, finished):
+    root, config, env = setup
+    run = root / "killed"
+    log = run / "log.txt"
+    for marker, unfinished in (("iter1/train: epoch 10/20", "iter1/train"), ("iter2/race: started", "iter2/race")):
+        proc = subprocess.Popen(command(config, run), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wait_for_line(log, marker, proc)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=60)
+        assert unfinished not in json.loads((run / "stages.json").read_text())
+    assert (run / "iter1" / "train" / "job.ckpt.npz").exists() is False  # iter1 trained to the end on resume
+    out = subprocess.run(command(config, run), env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
+    assert out.returncode == 0, out.stderr[-3000:]
+    text = log.read_text()
+    # No finished stage was redone; training resumed from its checkpoint (epoch 10 logged once).
+    assert text.count("iter1/generate: started") == 1 and text.count("iter1/train: started") == 2
+    assert text.count("iter1/train: epoch 10/20") == 1 and text.count("iter2/race: started") == 2
+    assert text.count("iter2/train: started") == 1
+    for rel in ("iter1/rank.json", "iter2/rank.json", "iter2/select.json", "final/race/metrics.json",
+                "iter2/race/components.json"):
+        assert (run / rel).read_text() == (finished / rel).read_text(), rel
+    db = sqlite3.connect(run / "preferences.sqlite")
+    assert db.execute("SELECT COUNT(*) FROM preferences").fetchone()[0] == 16  # nothing judged twice
