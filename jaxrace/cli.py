@@ -8,8 +8,10 @@ preset, in a new folder under runs/. `jaxrace race` is a race of the built-in AI
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
+from collections import Counter
 
 import jax
 import jax.numpy as jnp
@@ -80,14 +82,113 @@ def _reward(args) -> int:
     return status
 
 
+def _endpoint(args) -> tuple[str | None, str | None]:
+    """--base-url and --model for the openai backend, else from the environment (never the key)."""
+    if getattr(args, "llm", None) != "openai":
+        return args.base_url, args.model
+    from jaxrace.llm.openai_chat import _env
+
+    return args.base_url or _env("BASE_URL"), args.model or _env("MODEL")
+
+
+def _generate(args) -> int:
+    from pathlib import Path
+
+    from jaxrace.llm import LLMError, generate, open_chat
+
+    if args.m < 1:
+        raise SystemExit("error: -m must be at least 1")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    base_url, model = _endpoint(args)
+    try:
+        chat = open_chat(args.llm, out / "llm" / "record.jsonl", base_url=base_url, model=model,
+                         replay_from=args.replay_from)
+        chat.stage = "reward generate"
+        result = generate(chat, args.task, args.m, repairs=args.repairs, seed=args.seed)
+    except LLMError as err:
+        print(f"jaxrace reward generate: error: {err}", file=sys.stderr)
+        return 1
+    for i, p in enumerate(result.programs):
+        path = out / f"candidate-{i + 1}.py"
+        path.write_text(p.source, encoding="utf-8")
+        p.compiled.save(path.with_suffix(".jaxreward"))
+        print(f"{path}: sample {p.sample + 1}, {p.repairs} repairs, components {list(p.compiled.component_names)}")
+    (out / "attempts.json").write_text(json.dumps({"stopped": result.stopped, "tokens": result.tokens,
+                                                    "attempts": result.attempts}, indent=1), encoding="utf-8")
+    stages = Counter(a["stage"] for a in result.attempts)
+    print(f"{len(result.programs)} of {args.m} programs from {chat.model}; attempts: "
+          f"{', '.join(f'{k} {v}' for k, v in stages.items())}; {result.tokens} tokens; record {out / 'attempts.json'}")
+    if result.stopped:
+        print(f"stopped early: {result.stopped}", file=sys.stderr)
+    return 0 if result.programs else 1
+
+
+def _llm_check(args) -> int:
+    from jaxrace.llm import LLMError, message
+    from jaxrace.llm.openai_chat import OpenAIChat
+    from jaxrace.llm.structured import chat_json
+
+    try:
+        chat = OpenAIChat(args.base_url, args.model, timeout_s=args.timeout, max_retries=1)
+    except LLMError as err:
+        print(f"jaxrace llm check: error: {err}", file=sys.stderr)
+        return 2
+    print(f"endpoint {chat.base_url}, model {chat.model}")
+    ok = True
+    try:
+        models = chat.list_models()
+        listed = "listed" if chat.model in models else "NOT listed"
+        print(f"  models: {len(models)} ({', '.join(models[:8])}{', ...' if len(models) > 8 else ''}); "
+              f"{chat.model} {listed}")
+    except LLMError as err:
+        print(f"  models: cannot list ({err})")
+    try:
+        reply = chat.chat([message("user", "Reply with the single word: ready")], max_tokens=16, temperature=0.0)
+        print(f"  reply: {reply.text.strip()[:60]!r} in {reply.seconds:.2f} s, {reply.tokens} tokens"
+              f"{' (estimated)' if reply.estimated else ''}")
+    except LLMError as err:
+        print(f"  reply: FAILED: {err}")
+        return 1
+    schema = {"type": "object", "properties": {"colour": {"type": "string"}}, "required": ["colour"]}
+    try:
+        answer, _ = chat_json(chat, [message("user", "What colour is the sky on a clear day?")], schema,
+                              max_tokens=64, temperature=0.0)
+        print(f"  JSON: works ({answer})")
+    except LLMError as err:
+        ok = False
+        print(f"  JSON: FAILED ({err})")
+    try:
+        reply = chat.chat([message("user", "What colour is this image? Answer in one word.", [_red_png()])],
+                          max_tokens=16, temperature=0.0)
+        seen = "red" in reply.text.lower()
+        print(f"  images: {'work' if seen else 'accepted, but the answer is not red'} ({reply.text.strip()[:40]!r})")
+    except LLMError as err:
+        print(f"  images: not supported ({err}); a VLM judge needs a model that takes images")
+    return 0 if ok else 1
+
+
+def _red_png() -> bytes:
+    import io
+
+    from PIL import Image
+
+    buffer = io.BytesIO()
+    Image.new("RGB", (64, 64), (220, 20, 20)).save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
 def _design(args) -> int:
     from pathlib import Path
 
     from jaxrace.design import ConfigMismatch, load_config, run_design
+    from jaxrace.llm import LLMError
 
+    base_url, model = _endpoint(args)
     try:
         config = load_config(args.preset or "quick", args.config, task=args.task, llm=args.llm, judge=args.judge,
-                             iterations=args.iterations, m=args.m, n=args.n, track=args.track, seed=args.seed)
+                             iterations=args.iterations, m=args.m, n=args.n, track=args.track, seed=args.seed,
+                             base_url=base_url, model=model, replay_from=args.replay_from)
     except ValueError as err:
         print(f"jaxrace design: error: {err}", file=sys.stderr)
         return 2
@@ -101,6 +202,10 @@ def _design(args) -> int:
     except ConfigMismatch as err:
         print(f"jaxrace design: error: {err}", file=sys.stderr)
         return 2
+    except LLMError as err:
+        print(f"jaxrace design: error: {err}\nThe finished stages are kept: rerun the same command to resume.",
+              file=sys.stderr)
+        return 1
     print(f"report: {report}")
     return 0
 
@@ -115,6 +220,13 @@ def _report(args) -> int:
         return 2
     print(write_report(RunDir(args.run_dir)))
     return 0
+
+
+def _llm_options(parser) -> None:
+    parser.add_argument("--base-url", default=None, help="openai: the endpoint (default: JAXRACE_LLM_BASE_URL, "
+                                                         "OPENAI_BASE_URL, else OpenAI's)")
+    parser.add_argument("--model", default=None, help="openai: the model (default: JAXRACE_LLM_MODEL, OPENAI_MODEL)")
+    parser.add_argument("--replay-from", default=None, help="replay: a run directory (or record file) to replay")
 
 
 def main(argv=None) -> int:
@@ -139,11 +251,27 @@ def main(argv=None) -> int:
     prop.add_argument("-m", type=int, default=8)
     prop.add_argument("--seed", type=int, default=0)
     prop.add_argument("--out", default="proposals")
+    gen = reward_sub.add_parser("generate", help="M programs from an LLM (or offline), compiled, with the record")
+    gen.add_argument("--task", default="win the race cleanly from the back of the grid")
+    gen.add_argument("-m", type=int, default=4)
+    gen.add_argument("--llm", default="offline", choices=("offline", "openai", "replay"))
+    _llm_options(gen)
+    gen.add_argument("--repairs", type=int, default=2, help="repairs per sample that fails to compile")
+    gen.add_argument("--seed", type=int, default=0)
+    gen.add_argument("--out", default="generated", help="DIR for the programs, attempts.json and llm/record.jsonl")
+    llm = sub.add_parser("llm", help="the LLM endpoint")
+    llm_sub = llm.add_subparsers(dest="llm_command", required=True)
+    llm_check = llm_sub.add_parser("check", help="reach the endpoint, list models, time a reply, try JSON and images")
+    llm_check.add_argument("--base-url", default=None, help="default: JAXRACE_LLM_BASE_URL, OPENAI_BASE_URL")
+    llm_check.add_argument("--model", default=None, help="default: JAXRACE_LLM_MODEL, OPENAI_MODEL")
+    llm_check.add_argument("--timeout", type=float, default=60.0, help="seconds per request")
     design = sub.add_parser("design", help="the reward-design loop (the main job)")
     design.add_argument("--task", default=None, help="the task in words (default: the preset's)")
     design.add_argument("--preset", default=None, choices=("quick", "standard", "paper"))
     design.add_argument("--config", default=None, help="a TOML file of DesignConfig fields (top-level keys)")
-    design.add_argument("--llm", default=None, choices=("offline",), help="who writes the programs")
+    design.add_argument("--llm", default=None, choices=("offline", "openai", "replay"),
+                        help="who writes the programs (default offline: the proposer, not an LLM)")
+    _llm_options(design)
     design.add_argument("--judge", default=None, choices=("scripted",))
     design.add_argument("--run-dir", default=None, help="the run directory; an existing one is resumed")
     design.add_argument("--iterations", type=int, default=None, help="K")
@@ -156,7 +284,9 @@ def main(argv=None) -> int:
     report.add_argument("run_dir")
     args = parser.parse_args(argv)
     if args.command == "reward":
-        return _reward(args)
+        return _generate(args) if args.reward_command == "generate" else _reward(args)
+    if args.command == "llm":
+        return _llm_check(args)
     if args.command is None:  # the main job on embedded defaults
         args = parser.parse_args(["design", *(argv or [])])
     if args.command == "design":

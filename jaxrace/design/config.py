@@ -7,7 +7,7 @@ import tomllib
 from pathlib import Path
 
 DEFAULT_TASK = "win the race cleanly from the back of the grid"
-LLMS = ("offline",)
+LLMS = ("offline", "openai", "replay")
 JUDGES = ("scripted",)
 ACTOR_INPUTS = ("state", "pixels")
 
@@ -25,6 +25,17 @@ class DesignConfig:
     preset: str = "quick"
     llm: str = "offline"
     judge: str = "scripted"
+    # the LLM (jaxrace.llm): endpoint for "openai" (no key: it comes from the environment only),
+    # the record to replay from for "replay" (a run directory or record file; "" = this run's own)
+    base_url: str = ""
+    model: str = ""
+    replay_from: str = ""
+    llm_repairs: int = 2
+    llm_concurrency: int = 4
+    llm_temperature: float = 0.8
+    llm_max_tokens: int = 2048
+    llm_token_budget: int = 0  # 0: no limit
+    llm_max_prompt_chars: int = 24_000
     iterations: int = 2
     m: int = 4
     n: int = 3
@@ -64,11 +75,12 @@ class DesignConfig:
     def __post_init__(self):
         problems = []
         positive = ("iterations", "m", "n", "seeds", "race_laps", "hidden", "num_envs", "rollout_steps",
+                    "llm_concurrency", "llm_max_tokens", "llm_max_prompt_chars",
                     "updates_per_epoch", "batch_size", "replay_size", "epochs", "chunk_epochs", "final_epochs",
                     "eval_races", "final_races", "clips_per_race")
         problems += [f"{k} must be at least 1 (got {getattr(self, k)})" for k in positive if getattr(self, k) < 1]
         nonneg = ("warmup_epochs", "opponents", "videos_per_candidate", "tac_min_preferences", "bootstrap_races",
-                  "judge_equal_within")
+                  "judge_equal_within", "llm_repairs", "llm_token_budget")
         problems += [f"{k} must be at least 0 (got {getattr(self, k)})" for k in nonneg if getattr(self, k) < 0]
         if self.n > self.m:
             problems.append(f"n (trained per iteration, {self.n}) cannot exceed m (generated, {self.m})")
@@ -88,6 +100,10 @@ class DesignConfig:
                             f"{self.judge_beta})")
         if self.clip_seconds <= 0:
             problems.append(f"clip_seconds must be positive (got {self.clip_seconds})")
+        if self.llm == "openai" and not self.model:
+            problems.append("llm 'openai' needs a model (--model, or JAXRACE_LLM_MODEL / OPENAI_MODEL)")
+        if not 0.0 <= self.llm_temperature <= 2.0:
+            problems.append(f"llm_temperature must be in [0, 2] (got {self.llm_temperature})")
         if not self.task.strip():
             problems.append("task must say something")
         if problems:

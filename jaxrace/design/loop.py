@@ -46,9 +46,13 @@ STEER_LOCK_SPEED = 20.0  # m/s: speed-sensitive steering, GT7's controller assis
 STORE = "preferences.sqlite"
 
 
+def _crc(text: str) -> int:
+    return zlib.crc32(text.encode()) & 0x7FFFFFFF
+
+
 def stage_key(config: DesignConfig, stage: str) -> jax.Array:
     """The PRNG key of one stage: the run's seed folded with a hash of the stage's name."""
-    return jax.random.fold_in(jax.random.key(config.seed), zlib.crc32(stage.encode()) & 0x7FFFFFFF)
+    return jax.random.fold_in(jax.random.key(config.seed), _crc(stage))
 
 
 @dataclasses.dataclass
@@ -111,6 +115,7 @@ class Loop:
         self.display = display
         self.store = PreferenceStore(run.file(STORE))
         self._envs: Envs | None = None
+        self._chat = None
 
     # -- plumbing --------------------------------------------------------------------------------------
 
@@ -195,57 +200,60 @@ class Loop:
         self.run.write_json("bootstrap/races.json", {"names": names, "skill": ego_skill, "aggression": ego_aggression,
                                                      "pairs": len(pairs)})
 
+    @property
+    def chat(self):
+        """The run's LLM backend, recording every request and reply to llm/record.jsonl."""
+        if self._chat is None:
+            from jaxrace.llm import Budget, open_chat
+
+            c = self.config
+            self._chat = open_chat(c.llm, self.run.file("llm/record.jsonl"), base_url=c.base_url or None,
+                                   model=c.model or None, replay_from=c.replay_from or None,
+                                   budget=Budget(max_tokens=c.llm_token_budget or None))
+        return self._chat
+
     def generate(self, k: int) -> None:
-        """M compiled candidates: the previous best carried over, the rest from the proposer (offline)."""
-        from jaxrace.rewards import compile_rewards, load_reward
-        from jaxrace.rewards.errors import RewardCompileError
-        from jaxrace.rewards.proposer import ProposedReward, propose
+        """M compiled candidates: the previous best carried over, the rest written by the LLM (or offline)."""
+        from jaxrace.llm import generate
+        from jaxrace.rewards import load_reward
 
         c = self.config
         folder = f"iter{k}/candidates"
-        candidates, attempts = [], []
-        parents: tuple[ProposedReward, ...] = ()
+        candidates, exclude, feedback = [], [], ""
         if k > 1:
-            feedback = self.run.read_json(f"iter{k - 1}/rank.json")
-            best = feedback["best"]
-            prev = {x["name"]: x for x in self.run.read_json(f"iter{k - 1}/candidates.json")}
-            parents = tuple(ProposedReward(**prev[name]["proposal"]) for name in feedback["parents"])
+            best = self.run.read_json(f"iter{k - 1}/rank.json")["best"]
             source = self.run.file(f"iter{k - 1}/candidates/{best}.py").read_text(encoding="utf-8")
             compiled = load_reward(self.run.file(f"iter{k - 1}/candidates/{best}.jaxreward"))
             self.run.write_text(f"{folder}/{best}.py", source)
             compiled.save(self.run.file(f"{folder}/{best}.jaxreward"))
             candidates.append({"name": best, "origin": f"carried from iteration {k - 1}",
-                               "proposal": prev[best]["proposal"], "components": list(compiled.component_names),
-                               "params": dict(compiled.params)})
-        key = stage_key(c, f"iter{k}/generate")
-        budget = 3 * c.m
-        with self.display.task(f"iter{k}/generate: compile", total=c.m) as advance:
+                               "components": list(compiled.component_names), "params": dict(compiled.params)})
+            exclude.append(source)
+            feedback = self.run.file(f"iter{k - 1}/feedback.txt").read_text(encoding="utf-8")
+        chat = self.chat
+        chat.stage = f"iter{k}/generate"
+        with self.display.task(f"iter{k}/generate: {c.llm} LLM writes, the sandbox compiles", total=c.m) as advance:
             advance(len(candidates))
-            while len(candidates) < c.m and len(attempts) < budget:
-                key, k_prop = jax.random.split(key)
-                need = min(c.m - len(candidates), budget - len(attempts))
-                proposals = propose(c.task, need, k_prop, parents)
-                t0 = time.perf_counter()
-                results = compile_rewards([p.source for p in proposals])
-                seconds = (time.perf_counter() - t0) / max(len(proposals), 1)
-                for p, result in zip(proposals, results, strict=True):
-                    name = f"i{k}-c{len(candidates) + 1}"
-                    record = {"name": name, "source": p.source, "seconds": round(seconds, 3)}
-                    if isinstance(result, RewardCompileError):
-                        attempts.append({**record, "ok": False, "stage": result.stage, "line": result.lineno,
-                                         "error": str(result)})
-                        continue
-                    attempts.append({**record, "ok": True})
-                    self.run.write_text(f"{folder}/{name}.py", p.source)
-                    result.save(self.run.file(f"{folder}/{name}.jaxreward"))
-                    candidates.append({"name": name, "origin": "offline proposer",
-                                       "proposal": dataclasses.asdict(p) | {"name": name, "source": p.source},
-                                       "components": list(result.component_names), "params": dict(result.params)})
-                    advance(1)
-        if not candidates:
-            raise RuntimeError(f"iteration {k}: no program compiled in {len(attempts)} attempts; see "
-                               f"{self.run.file(f'iter{k}/attempts.json')}")
-        self.run.write_json(f"iter{k}/attempts.json", attempts)
+            result = generate(chat, c.task, c.m - len(candidates), feedback, repairs=c.llm_repairs,
+                              concurrency=c.llm_concurrency, seed=_crc(f"{c.seed}/iter{k}/generate"),
+                              temperature=c.llm_temperature, max_tokens=c.llm_max_tokens,
+                              max_prompt_chars=c.llm_max_prompt_chars, exclude=exclude,
+                              on_program=lambda _: advance(1))
+        for program in result.programs:
+            name = f"i{k}-c{len(candidates) + 1}"
+            self.run.write_text(f"{folder}/{name}.py", program.source)
+            program.compiled.save(self.run.file(f"{folder}/{name}.jaxreward"))
+            candidates.append({"name": name, "origin": f"{chat.model} (sample {program.sample + 1}"
+                                                        f"{f', {program.repairs} repairs' if program.repairs else ''})",
+                               "components": list(program.compiled.component_names),
+                               "params": dict(program.compiled.params)})
+        self.run.write_json(f"iter{k}/attempts.json", {"stopped": result.stopped, "tokens": result.tokens,
+                                                        "attempts": result.attempts})
+        if result.stopped:
+            self.run.log(f"iter{k}/generate: stopped early: {result.stopped}")
+        if len(candidates) < 2 and not result.programs:
+            raise RuntimeError(f"iteration {k}: the LLM gave no program that compiles ({result.stopped}); every "
+                               f"attempt is in {self.run.file(f'iter{k}/attempts.json')}")
         self.run.write_json(f"iter{k}/candidates.json", candidates)
 
     def select(self, k: int) -> None:
@@ -576,10 +584,35 @@ class Loop:
         self.run.write_json(f"{d}/rank.json", {
             "names": names, "scores": scores, "stderr": stderr, "failed": failed, "order": [names[i] for i in order],
             "best": best, "parents": trained[:2], "games": len(winners), "races": summary})
-        text = feedback_text(best, scores[names.index(best)], stderr[names.index(best)], summary[best],
-                             self.run.read_json(f"{d}/race/components.json"))
+        text = self._feedback(k, [names[i] for i in order], scores, stderr, failed, summary)
         self.run.write_text(f"{d}/feedback.txt", text)
         self.store.add_feedback(k, "loop", text)
+
+    def _feedback(self, k: int, order: list[str], scores, stderr, failed: dict, summary: dict) -> str:
+        """The next generation prompt's feedback (`jaxrace.llm.prompts.feedback_text`) from this iteration's data."""
+        from jaxrace.llm.prompts import CandidateSummary, IterationSummary, feedback_text
+
+        d = f"iter{k}"
+        names = self.run.read_json(f"{d}/select.json")["selected"]
+        tac = self.run.read_json(f"{d}/select.json")["tac"] or {}
+        components = {e["candidate"]: e["components"] for e in self.run.read_json(f"{d}/race/components.json")
+                      if e["seed"] == 0}
+        owner = {row.id: row.candidate for row in self.store.clips()}
+        rationales: dict[str, list[str]] = {n: [] for n in names}
+        for p in self.store.preferences(k):
+            if p.rationale and p.label in ("first", "second"):
+                loser = owner[p.second if p.label == "first" else p.first]
+                if len(rationales[loser]) < 2 and p.rationale not in rationales[loser]:
+                    rationales[loser].append(p.rationale)
+        person = "\n".join(text for _, author, text in self.store.feedback(k) if author != "loop")
+        cands = tuple(CandidateSummary(
+            name=n, source=self.run.file(f"{d}/candidates/{n}.py").read_text(encoding="utf-8"),
+            strength=float(scores[names.index(n)]), stderr=float(stderr[names.index(n)]), tac=tac.get(n),
+            failed=failed[n], races=summary[n], components=components.get(n, {}),
+            rationales=tuple(rationales[n])) for n in order)
+        reference_lap = self.run.read_json(f"{d}/race/metrics.json")["reference_lap"]
+        return feedback_text(IterationSummary(k, cands, reference_lap=reference_lap, person=person),
+                             max_chars=self.config.llm_max_prompt_chars // 2)
 
 
 def race_summary(races_per_run: list[list[dict]]) -> dict:
@@ -599,25 +632,6 @@ def race_summary(races_per_run: list[list[dict]]) -> dict:
         "finished": float(np.mean([r["finished"] for r in races])),
         "best_lap": min(laps) if laps else None,
     }
-
-
-def feedback_text(best: str, score: float, stderr: float, summary: dict, components: list[dict]) -> str:
-    """What the iteration learned, in words (the next prompt's feedback once an LLM writes programs)."""
-    lines = [f"Best candidate: {best} (Bradley-Terry {score:+.2f} +- {stderr:.2f})."]
-    if summary:
-        lap = "no full lap" if summary["best_lap"] is None else f"best lap {summary['best_lap']:.2f} s"
-        lines.append(f"Races: median position {summary['median_position']:.1f}, "
-                     f"{summary['mean_positions_gained']:+.1f} places on average, "
-                     f"{summary['at_fault_contacts_per_race']:.1f} at-fault contacts, "
-                     f"{summary['course_outs_per_race']:.1f} course-outs, {summary['wall_hits_per_race']:.1f} wall "
-                     f"hits per race, {lap}.")
-    for entry in components:
-        if entry["candidate"] == best and entry["seed"] == 0:
-            for comp, s in entry["components"].items():
-                note = " (constant)" if s["constant"] else " (dominates)" if s["share"] > 0.6 else ""
-                lines.append(f"  {comp}: min {s['min']:.3g}, mean {s['mean']:.3g}, max {s['max']:.3g}, "
-                             f"share {s['share']:.0%}{note}")
-    return "\n".join(lines) + "\n"
 
 
 def run_design(config: DesignConfig, run_dir: str | Path, *, quiet: bool = False) -> Path:

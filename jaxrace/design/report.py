@@ -9,6 +9,7 @@ from __future__ import annotations
 import difflib
 import html
 import json
+from collections import Counter
 from pathlib import Path
 
 from jaxrace.design.rundir import RunDir
@@ -139,9 +140,13 @@ def _iteration(run: RunDir, k: int, previous_best: tuple[str, str] | None) -> tu
     attempts = run.read_json(f"{d}/attempts.json")
     select = run.read_json(f"{d}/select.json") if run.exists(f"{d}/select.json") else None
     rank = run.read_json(f"{d}/rank.json") if run.exists(f"{d}/rank.json") else None
-    failed_compiles = [a for a in attempts if not a["ok"]]
-    out.append(f"<p>{len(candidates)} candidates; {len(attempts)} new programs compiled in the sandbox, "
-               f"{len(failed_compiles)} refused.</p>")
+    tries = attempts["attempts"]
+    failed = [a for a in tries if a["stage"] != "ok"]
+    stages = ", ".join(f"{n} {stage}" for stage, n in Counter(a["stage"] for a in tries).items())
+    out.append(f"<p>{len(candidates)} candidates; the LLM was asked {len(tries)} times ({stages}), "
+               f"{attempts['tokens']:,} tokens.</p>")
+    if attempts["stopped"]:
+        out.append(f'<p class="note">Generation stopped early: {_e(attempts["stopped"])}</p>')
     if select:
         out.append(f'<p class="note">Selection: {_e(select["reason"])}.</p>')
     rows, classes = [], []
@@ -180,10 +185,11 @@ def _iteration(run: RunDir, k: int, previous_best: tuple[str, str] | None) -> tu
         out.append(f"<h4>Feedback to the next iteration</h4><pre>{_e(run.file(f'{d}/feedback.txt').read_text())}</pre>")
     if run.exists(f"{d}/judge.json"):
         out.append(_judged(run, run.read_json(f"{d}/judge.json")))
-    if failed_compiles:
-        out.append("<h3>Refused programs</h3>" + _table(
-            ["program", "stage", "line", "error"],
-            [[_e(a["name"]), _e(a["stage"]), _e(a["line"]), f"<pre>{_e(a['error'])}</pre>"] for a in failed_compiles]))
+    if failed:
+        out.append("<h3>Refused samples and repairs</h3>" + _table(
+            ["sample", "repair", "stage", "line", "error"],
+            [[a["sample"] + 1, a["repair"], _e(a["stage"]), _e(a.get("line")), f"<pre>{_e(a['error'])}</pre>"]
+             for a in failed]))
     out.append("<h3>Sources</h3>")
     for c in candidates:
         source = run.file(f"{d}/candidates/{c['name']}.py").read_text(encoding="utf-8")

@@ -134,15 +134,18 @@ def _mutant(rng: np.random.Generator, parent: ProposedReward,
     return terms, structure, weights, float(np.clip(parent.cap * np.exp(rng.normal(0.0, 0.2)), 1.0, 100.0))
 
 
-def propose(task: str, m: int, key: jax.Array, parents: tuple[ProposedReward, ...] = ()) -> list[ProposedReward]:
+def propose(task: str, m: int, key: jax.Array, parents: tuple[ProposedReward, ...] = (), *,
+            numbering: tuple[int, int] | None = None) -> list[ProposedReward]:
     """M different reward programs for `task`, deterministic per `key`.
 
     Args:
         task: the task in words; words in it make some terms certain.
         m: how many candidates (distinct programs, none equal to a parent).
-        key: a JAX PRNG key.
+        key: a JAX PRNG key (or its raw uint32 data).
         parents: earlier candidates that did well (the loop's feedback to this proposer):
             about half of the M are mutations of them (round robin), the rest fresh.
+        numbering: (index of the first, total) for the docstrings, when these M are
+            part of a larger set (default (0, m)).
 
     Returns:
         M `ProposedReward`s; compile each `.source` with `compile_reward`.
@@ -162,12 +165,13 @@ def propose(task: str, m: int, key: jax.Array, parents: tuple[ProposedReward, ..
         else:
             terms, structure, weights, cap = _fresh(rng, certain)
         index = len(proposals)
-        source = _program(task, index, m, terms, structure, weights, cap)
+        first, total = numbering or (0, m)
+        source = _program(task, first + index, total, terms, structure, weights, cap)
         digest = _body_digest(source)
         if digest in seen:
             continue
         seen.add(digest)
-        proposals.append(ProposedReward(name=f"offline-{index + 1}", source=source, terms=tuple(terms),
+        proposals.append(ProposedReward(name=f"offline-{first + index + 1}", source=source, terms=tuple(terms),
                                         structure=structure, weights=weights, cap=cap))
     return proposals
 
@@ -175,3 +179,30 @@ def propose(task: str, m: int, key: jax.Array, parents: tuple[ProposedReward, ..
 def _body_digest(source: str) -> str:
     """The program without its numbered docstring and task line."""
     return hashlib.sha256(source.split("\n", 2)[2].encode()).hexdigest()
+
+
+def parse_proposal(source: str) -> ProposedReward | None:
+    """The `ProposedReward` an offline program was written from, or None for any other program.
+
+    Reads the PARAMS (`w_<term>` weights, `cap`) and the structure from the code, so a
+    program that went through an LLM prompt and back still works as a parent.
+    """
+    import ast
+
+    try:
+        tree = ast.parse(source)
+        params = next(ast.literal_eval(n.value) for n in tree.body if isinstance(n, ast.Assign)
+                      and any(isinstance(t, ast.Name) and t.id == "PARAMS" for t in n.targets))
+    except (SyntaxError, ValueError, StopIteration):
+        return None
+    if not isinstance(params, dict) or not all(isinstance(v, int | float) for v in params.values()):
+        return None
+    terms = [k[2:] for k in params if k.startswith("w_")]
+    if not terms or any(t not in TERMS for t in terms) or set(params) - {f"w_{t}" for t in terms} - {"cap"}:
+        return None
+    if not any(t in PROGRESS_TERMS for t in terms):
+        return None
+    structure = ("clipped" if "jnp.clip(total" in source else "squashed" if "jnp.tanh(total" in source
+                 else "gated" if "* (1.0 - curr.off_course.astype(f32))" in source else "sum")
+    return ProposedReward(name="parent", source=source, terms=tuple(terms), structure=structure,
+                          weights={t: float(params[f"w_{t}"]) for t in terms}, cap=float(params.get("cap", 10.0)))

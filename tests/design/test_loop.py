@@ -1,8 +1,9 @@
 """The reward-design loop end to end on a tiny config, through the command line, offline.
 
-One uninterrupted run is shared by the tests; a second run is killed (SIGKILL) in the middle
-of training and in the middle of racing, resumed with the same command, and must end with
-the same results. Runs share a JAX compilation cache, so later compiles are quick.
+One uninterrupted run is shared by the tests; a second run replays the first one's LLM
+record (`--llm replay`), is killed (SIGKILL) in the middle of training and in the middle of
+racing, resumed with the same command, and must end with the same results. Runs share a
+JAX compilation cache, so later compiles are quick.
 """
 
 import json
@@ -82,13 +83,25 @@ def test_every_stage_writes_its_files(finished):
         assert (d / "train" / "agents.npz").exists() and not (d / "train" / "job.ckpt.npz").exists()
         rank = json.loads((d / "rank.json").read_text())
         assert rank["best"] in selected["selected"] and len(rank["scores"]) == 2
-        assert (d / "feedback.txt").read_text().startswith(f"Best candidate: {rank['best']}")
+        feedback = (d / "feedback.txt").read_text()
+        assert feedback.startswith(f"Iteration {k}: 2 candidates were trained and raced")
+        assert f"### The best program: {rank['best']}\n```python\n" in feedback
+        attempts = json.loads((d / "attempts.json").read_text())
+        assert [a["stage"] for a in attempts["attempts"]] == ["ok"] * (3 if k == 1 else 2)
+        assert attempts["stopped"] is None and attempts["tokens"] > 0
         videos = list((d / "videos").iterdir())
         assert len(videos) == 2 and all(v.stat().st_size > 1000 for v in videos)
     # Iteration 2 carries iteration 1's best over and mutates it.
     best = json.loads((run / "iter1" / "rank.json").read_text())["best"]
     carried = json.loads((run / "iter2" / "candidates.json").read_text())[0]
     assert carried["name"] == best and carried["origin"] == "carried from iteration 1"
+    # Every request and reply is recorded; iteration 2's prompts hold iteration 1's feedback, and the
+    # offline proposer mutates the best programs it finds there.
+    record = [json.loads(line) for line in (run / "llm" / "record.jsonl").read_text().splitlines()]
+    assert [r["stage"] for r in record] == ["iter1/generate"] * 3 + ["iter2/generate"] * 2
+    iter1_feedback = (run / "iter1" / "feedback.txt").read_text()
+    assert all(iter1_feedback in r["request"]["messages"][1]["content"] for r in record[3:])
+    assert sum("a mutation of" in r["reply"]["text"] for r in record[3:]) == 1
     final = json.loads((run / "final" / "race" / "metrics.json").read_text())
     winner = json.loads((run / "iter2" / "rank.json").read_text())["best"]
     assert [r["candidate"] for r in final["runs"]] == [winner, "progress", "gt_sophy"]
@@ -140,18 +153,21 @@ def wait_for_line(log: Path, text: str, proc, timeout_s: float = RUN_TIMEOUT_S) 
     raise AssertionError(f"no {text!r} in {log} after {timeout_s} s")
 
 
-def test_killed_twice_the_same_command_resumes_and_ends_the_same(setup, finished):
+def test_replayed_killed_twice_the_same_command_resumes_and_ends_the_same(setup, finished):
     root, config, env = setup
     run = root / "killed"
     log = run / "log.txt"
+    replay = ("--llm", "replay", "--replay-from", str(finished))
     for marker, unfinished in (("iter1/train: epoch 10/20", "iter1/train"), ("iter2/race: started", "iter2/race")):
-        proc = subprocess.Popen(command(config, run), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        proc = subprocess.Popen(command(config, run, *replay), env=env, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
         wait_for_line(log, marker, proc)
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=60)
         assert unfinished not in json.loads((run / "stages.json").read_text())
     assert (run / "iter1" / "train" / "job.ckpt.npz").exists() is False  # iter1 trained to the end on resume
-    out = subprocess.run(command(config, run), env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
+    out = subprocess.run(command(config, run, *replay), env=env, capture_output=True, text=True,
+                         timeout=RUN_TIMEOUT_S)
     assert out.returncode == 0, out.stderr[-3000:]
     text = log.read_text()
     # No finished stage was redone; training resumed from its checkpoint (epoch 10 logged once).
@@ -159,7 +175,10 @@ def test_killed_twice_the_same_command_resumes_and_ends_the_same(setup, finished
     assert text.count("iter1/train: epoch 10/20") == 1 and text.count("iter2/race: started") == 2
     assert text.count("iter2/train: started") == 1
     for rel in ("iter1/rank.json", "iter2/rank.json", "iter2/select.json", "final/race/metrics.json",
-                "iter2/race/components.json"):
+                "iter2/race/components.json", "iter1/attempts.json", "iter2/attempts.json", "iter2/feedback.txt"):
         assert (run / rel).read_text() == (finished / rel).read_text(), rel
+    # the same requests and replies (appended in the order concurrent requests finished)
+    record = sorted((run / "llm" / "record.jsonl").read_text().splitlines())
+    assert record == sorted((finished / "llm" / "record.jsonl").read_text().splitlines())
     db = sqlite3.connect(run / "preferences.sqlite")
     assert db.execute("SELECT COUNT(*) FROM preferences").fetchone()[0] == 16  # nothing judged twice
