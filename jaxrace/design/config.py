@@ -34,7 +34,8 @@ class DesignConfig:
     llm_concurrency: int = 4
     llm_temperature: float = 0.8
     llm_max_tokens: int = 2048
-    llm_token_budget: int = 0  # 0: no limit
+    llm_token_budget: int = 0  # tokens for the whole run; 0: no limit
+    llm_call_budget: int = 0  # requests for the whole run; 0: no limit
     llm_max_prompt_chars: int = 24_000
     iterations: int = 2
     m: int = 4
@@ -80,7 +81,7 @@ class DesignConfig:
                     "eval_races", "final_races", "clips_per_race")
         problems += [f"{k} must be at least 1 (got {getattr(self, k)})" for k in positive if getattr(self, k) < 1]
         nonneg = ("warmup_epochs", "opponents", "videos_per_candidate", "tac_min_preferences", "bootstrap_races",
-                  "judge_equal_within", "llm_repairs", "llm_token_budget")
+                  "judge_equal_within", "llm_repairs", "llm_token_budget", "llm_call_budget")
         problems += [f"{k} must be at least 0 (got {getattr(self, k)})" for k in nonneg if getattr(self, k) < 0]
         if self.n > self.m:
             problems.append(f"n (trained per iteration, {self.n}) cannot exceed m (generated, {self.m})")

@@ -209,12 +209,13 @@ class Loop:
             c = self.config
             self._chat = open_chat(c.llm, self.run.file("llm/record.jsonl"), base_url=c.base_url or None,
                                    model=c.model or None, replay_from=c.replay_from or None,
-                                   budget=Budget(max_tokens=c.llm_token_budget or None))
+                                   budget=Budget(max_tokens=c.llm_token_budget or None,
+                                                 max_calls=c.llm_call_budget or None))
         return self._chat
 
     def generate(self, k: int) -> None:
         """M compiled candidates: the previous best carried over, the rest written by the LLM (or offline)."""
-        from jaxrace.llm import generate
+        from jaxrace.llm import LLMError, generate
         from jaxrace.rewards import load_reward
 
         c = self.config
@@ -252,7 +253,7 @@ class Loop:
         if result.stopped:
             self.run.log(f"iter{k}/generate: stopped early: {result.stopped}")
         if len(candidates) < 2 and not result.programs:
-            raise RuntimeError(f"iteration {k}: the LLM gave no program that compiles ({result.stopped}); every "
+            raise LLMError(f"iteration {k}: the LLM gave no program that compiles ({result.stopped}); every "
                                f"attempt is in {self.run.file(f'iter{k}/attempts.json')}")
         self.run.write_json(f"iter{k}/candidates.json", candidates)
 
