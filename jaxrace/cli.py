@@ -178,6 +178,38 @@ def _red_png() -> bytes:
     return buffer.getvalue()
 
 
+def _judges(args) -> int:
+    from pathlib import Path
+
+    from jaxrace.judges.agreement import agreements
+    from jaxrace.rewards.preferences import PreferenceStore
+
+    if not Path(args.store).is_file():
+        print(f"jaxrace judges: error: {args.store}: no such store (a run directory's preferences.sqlite)",
+              file=sys.stderr)
+        return 2
+    with PreferenceStore(args.store) as store:
+        if args.judges_command == "export":
+            try:
+                print(store.export(args.out))
+            except ValueError as err:
+                print(f"jaxrace judges export: error: {err}", file=sys.stderr)
+                return 2
+            return 0
+        found = agreements(store.preferences())
+        counts = Counter(p.judge_id for p in store.preferences() if p.label != "skip")
+    print(f"{args.store}: {sum(counts.values())} labels from {len(counts)} judges "
+          f"({', '.join(f'{j} {n}' for j, n in sorted(counts.items()))})")
+    if not found:
+        print("no two judges labelled the same pair of clips")
+        return 0
+    print(f"{'judge A':<32} {'judge B':<32} {'shared':>6} {'agreed':>6} {'rate':>6} {'kappa':>6}")
+    for a in found:
+        kappa = "-" if a.kappa is None else f"{a.kappa:.3f}"
+        print(f"{a.judge_a:<32} {a.judge_b:<32} {a.shared:>6} {a.agreed:>6} {a.rate:>6.3f} {kappa:>6}")
+    return 0
+
+
 def _design(args) -> int:
     from pathlib import Path
 
@@ -188,7 +220,8 @@ def _design(args) -> int:
     try:
         config = load_config(args.preset or "quick", args.config, task=args.task, llm=args.llm, judge=args.judge,
                              iterations=args.iterations, m=args.m, n=args.n, track=args.track, seed=args.seed,
-                             base_url=base_url, model=model, replay_from=args.replay_from)
+                             base_url=base_url, model=model, replay_from=args.replay_from,
+                             judge_base_url=args.judge_base_url, judge_model=args.judge_model)
     except ValueError as err:
         print(f"jaxrace design: error: {err}", file=sys.stderr)
         return 2
@@ -272,7 +305,10 @@ def main(argv=None) -> int:
     design.add_argument("--llm", default=None, choices=("offline", "openai", "replay"),
                         help="who writes the programs (default offline: the proposer, not an LLM)")
     _llm_options(design)
-    design.add_argument("--judge", default=None, choices=("scripted",))
+    design.add_argument("--judge", default=None, choices=("scripted", "vlm"),
+                        help="who compares the clips (vlm: a model that takes images, on an OpenAI-compatible server)")
+    design.add_argument("--judge-base-url", default=None, help="vlm: its endpoint (default: the LLM's)")
+    design.add_argument("--judge-model", default=None, help="vlm: its model (default: the LLM's --model)")
     design.add_argument("--run-dir", default=None, help="the run directory; an existing one is resumed")
     design.add_argument("--iterations", type=int, default=None, help="K")
     design.add_argument("-m", type=int, default=None, help="programs generated per iteration")
@@ -280,6 +316,13 @@ def main(argv=None) -> int:
     design.add_argument("--track", default=None, help="a built-in circuit")
     design.add_argument("--seed", type=int, default=None)
     design.add_argument("--quiet", action="store_true", help="no progress display")
+    judges = sub.add_parser("judges", help="the preference store's labels: agreement between judges, export")
+    judges_sub = judges.add_subparsers(dest="judges_command", required=True)
+    agree = judges_sub.add_parser("agreement", help="agreement rate and Cohen's kappa of judges on shared pairs")
+    agree.add_argument("store", help="a preferences.sqlite")
+    export = judges_sub.add_parser("export", help="every preference with its clips, as CSV or JSON")
+    export.add_argument("store", help="a preferences.sqlite")
+    export.add_argument("--out", required=True, help="FILE.csv or FILE.json")
     report = sub.add_parser("report", help="rebuild report.html of a run directory")
     report.add_argument("run_dir")
     args = parser.parse_args(argv)
@@ -287,6 +330,8 @@ def main(argv=None) -> int:
         return _generate(args) if args.reward_command == "generate" else _reward(args)
     if args.command == "llm":
         return _llm_check(args)
+    if args.command == "judges":
+        return _judges(args)
     if args.command is None:  # the main job on embedded defaults
         args = parser.parse_args(["design", *(argv or [])])
     if args.command == "design":

@@ -2,6 +2,7 @@ import os
 from pathlib import Path
 
 import pytest
+from fake_llm_server import FakeServer
 
 from jaxrace.envs.circuits import REAL_CIRCUITS  # noqa: F401 (the real circuits' facts, for tests)
 
@@ -22,3 +23,11 @@ def shared_track(name: str) -> tuple[Path, Path]:
             pytest.fail(message)
         pytest.skip(message)
     return centre, SHARED_TRACKS / f"{name}_raceline.csv"
+
+
+@pytest.fixture(scope="session")
+def fake_server(tmp_path_factory):
+    """A scripted OpenAI-compatible HTTP server on 127.0.0.1, shared by the session (see fake_llm_server)."""
+    server = FakeServer(tmp_path_factory.mktemp("fake-openai"))
+    yield server
+    server.stop()

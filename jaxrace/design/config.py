@@ -8,7 +8,7 @@ from pathlib import Path
 
 DEFAULT_TASK = "win the race cleanly from the back of the grid"
 LLMS = ("offline", "openai", "replay")
-JUDGES = ("scripted",)
+JUDGES = ("scripted", "vlm")
 ACTOR_INPUTS = ("state", "pixels")
 
 
@@ -69,6 +69,10 @@ class DesignConfig:
     judge_beta: float = float("inf")
     judge_mistake: float = 0.0
     judge_equal_within: float = 0.05
+    # the VLM judge: its endpoint and model (default: the LLM's), frames per clip
+    judge_base_url: str = ""
+    judge_model: str = ""
+    judge_frames: int = 4
     # TAC
     tac_min_preferences: int = 20
     bootstrap_races: int = 8
@@ -78,7 +82,7 @@ class DesignConfig:
         positive = ("iterations", "m", "n", "seeds", "race_laps", "hidden", "num_envs", "rollout_steps",
                     "llm_concurrency", "llm_max_tokens", "llm_max_prompt_chars",
                     "updates_per_epoch", "batch_size", "replay_size", "epochs", "chunk_epochs", "final_epochs",
-                    "eval_races", "final_races", "clips_per_race")
+                    "eval_races", "final_races", "clips_per_race", "judge_frames")
         problems += [f"{k} must be at least 1 (got {getattr(self, k)})" for k in positive if getattr(self, k) < 1]
         nonneg = ("warmup_epochs", "opponents", "videos_per_candidate", "tac_min_preferences", "bootstrap_races",
                   "judge_equal_within", "llm_repairs", "llm_token_budget", "llm_call_budget")
@@ -103,6 +107,8 @@ class DesignConfig:
             problems.append(f"clip_seconds must be positive (got {self.clip_seconds})")
         if self.llm == "openai" and not self.model:
             problems.append("llm 'openai' needs a model (--model, or JAXRACE_LLM_MODEL / OPENAI_MODEL)")
+        if self.judge == "vlm" and self.llm != "replay" and not (self.judge_model or self.model):
+            problems.append("judge 'vlm' needs a model that takes images (--judge-model, or --model for both)")
         if not 0.0 <= self.llm_temperature <= 2.0:
             problems.append(f"llm_temperature must be in [0, 2] (got {self.llm_temperature})")
         if not self.task.strip():

@@ -23,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
+import re
 import time
 import warnings
 import zlib
@@ -116,6 +117,8 @@ class Loop:
         self.store = PreferenceStore(run.file(STORE))
         self._envs: Envs | None = None
         self._chat = None
+        self._vlm = None
+        self._record = None
 
     # -- plumbing --------------------------------------------------------------------------------------
 
@@ -146,6 +149,18 @@ class Loop:
         from jaxrace.judges import ScriptedJudge, TaskScoring
 
         c = self.config
+        if c.judge == "vlm":
+            if self._vlm is None:
+                from jaxrace.judges.vlm import VLMJudge
+                from jaxrace.llm import open_chat
+
+                kind = "replay" if c.llm == "replay" else "openai"
+                chat = open_chat(kind, self.record, base_url=c.judge_base_url or c.base_url or None,
+                                 model=c.judge_model or c.model or None, replay_from=c.replay_from or None,
+                                 role="judge")
+                self._vlm = VLMJudge(chat, c.task, root=self.run.path, frames=c.judge_frames,
+                                     seconds=c.clip_seconds)
+            return self._vlm
         return ScriptedJudge(scoring=TaskScoring.from_task(c.task), beta=c.judge_beta, mistake=c.judge_mistake,
                              equal_within=c.judge_equal_within, seed=c.seed)
 
@@ -201,13 +216,22 @@ class Loop:
                                                      "pairs": len(pairs)})
 
     @property
+    def record(self):
+        """The run's LLM record (llm/record.jsonl), shared by the generator and the VLM judge."""
+        if self._record is None:
+            from jaxrace.llm import Record
+
+            self._record = Record(self.run.file("llm/record.jsonl"))
+        return self._record
+
+    @property
     def chat(self):
         """The run's LLM backend, recording every request and reply to llm/record.jsonl."""
         if self._chat is None:
             from jaxrace.llm import Budget, open_chat
 
             c = self.config
-            self._chat = open_chat(c.llm, self.run.file("llm/record.jsonl"), base_url=c.base_url or None,
+            self._chat = open_chat(c.llm, self.record, base_url=c.base_url or None,
                                    model=c.model or None, replay_from=c.replay_from or None,
                                    budget=Budget(max_tokens=c.llm_token_budget or None,
                                                  max_calls=c.llm_call_budget or None))
@@ -463,7 +487,7 @@ class Loop:
         flat = jax.tree.map(lambda x: np.asarray(x).reshape(-1, *x.shape[3:]), clips)
         path = save_clip_arrays(self.run.file(f"{d}/clips.npz"), flat)
         ids = {}
-        videos = self._clip_videos(d, names, seeds, states, starts) if same_race else {}
+        videos = self._clip_videos(d, names, seeds, states, starts) if same_race or self.config.judge == "vlm" else {}
         row = 0
         for r, (name, seed, run) in enumerate(zip(names, seeds, runs, strict=True)):
             for i in range(races):
@@ -482,9 +506,12 @@ class Loop:
         c = self.config
         wanted = []
         for r, (name, seed) in enumerate(zip(names, seeds, strict=True)):
-            if seed == 0:
-                slots = [(i, j) for i in range(states.view.progress.shape[1]) for j in range(len(starts))]
+            slots = [(i, j) for i in range(states.view.progress.shape[1]) for j in range(len(starts))]
+            if c.judge == "vlm":  # a VLM judges from videos: every clip needs one
+                wanted += [(f"{name}-seed{seed}" if seed else name, r, i, j) for i, j in slots]
+            elif seed == 0:
                 wanted += [(name, r, i, j) for i, j in slots[:c.videos_per_candidate]]
+
         paths = self._videos(d, wanted, states, starts=starts, seconds=c.clip_seconds)
         return {(r, i, j): p for (_, r, i, j), p in zip(wanted, paths, strict=True)}
 
@@ -499,7 +526,8 @@ class Loop:
         with self.display.task(f"{d}: render {len(wanted)} videos", total=len(wanted)) as advance:
             for name, r, i, j in wanted:
                 one = jax.tree.map(lambda x, r=r, i=i: x[r, i], states)
-                target = self.run.file(f"{d}/videos/{name}-race{i}-slot{j}.mp4")
+                safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("_")
+                target = self.run.file(f"{d}/videos/{safe}-race{i}-slot{j}.mp4")
                 target.parent.mkdir(parents=True, exist_ok=True)
                 tmp = target.with_name(f".tmp-{target.name}")
                 written = render_clip(e.race_env, e.race_params, one, tmp, start=starts[j], seconds=seconds)
@@ -514,6 +542,8 @@ class Loop:
         from jaxrace.judges import Pair
 
         judge = self.judge()
+        if hasattr(judge, "chat"):
+            judge.chat.stage = f"{d}/judge"
         records = []
         with self.display.task(f"{d}: judge {len(pairs)} pairs", total=len(pairs)) as advance:
             for key, first, second in pairs:
@@ -553,6 +583,10 @@ class Loop:
                         pairs.append((key, ids[f"{a}/{i}/{j}"], ids[f"{b}/{i}/{j}"]))
         records = self._judge(k, pairs, d)
         self.run.write_json(f"{d}/judge.json", records)
+        stats = getattr(self.judge(), "stats", None)
+        if stats is not None:  # the VLM judge's skips, order disagreements and position bias so far
+            self.run.write_json(f"{d}/judge_stats.json", dataclasses.asdict(stats) | {
+                "position_bias": stats.position_bias})
 
     def rank(self, k: int) -> None:
         """Bradley-Terry over this iteration's verdicts; failed candidates rank last; the feedback."""

@@ -22,6 +22,7 @@ table { border-collapse: collapse; margin: .6em 0; } td, th { border: 1px solid 
 th { background: #f3f3f3; text-align: left; } td.num { text-align: right; font-variant-numeric: tabular-nums; }
 tr.best td { background: #eaf6ea; } tr.failed td { color: #a33; }
 pre { background: #f7f7f7; padding: .6em; overflow-x: auto; font-size: 12px; }
+pre.wrap { white-space: pre-wrap; max-height: 40em; overflow-y: auto; }
 .diff-add { color: #176317; } .diff-del { color: #a31515; }
 .videos { display: flex; flex-wrap: wrap; gap: 12px; } .videos figure { margin: 0; }
 figcaption { font-size: 12px; color: #555; } .note { color: #555; }
@@ -182,9 +183,17 @@ def _iteration(run: RunDir, k: int, previous_best: tuple[str, str] | None) -> tu
         clips = sorted(p.relative_to(run.path) for p in run.file(f"{d}/videos").glob(f"{best}-*"))
         out.append(f"<h3>The best agent, {_e(best)}</h3>")
         out.append(_videos([(str(p), p.stem) for p in clips]))
-        out.append(f"<h4>Feedback to the next iteration</h4><pre>{_e(run.file(f'{d}/feedback.txt').read_text())}</pre>")
+        out.append("<h4>Feedback to the next iteration (the next prompt's)</h4>"
+                   f"<pre class='wrap'>{_e(run.file(f'{d}/feedback.txt').read_text())}</pre>")
     if run.exists(f"{d}/judge.json"):
         out.append(_judged(run, run.read_json(f"{d}/judge.json")))
+    if run.exists(f"{d}/judge_stats.json"):
+        st = run.read_json(f"{d}/judge_stats.json")
+        bias = ("it gave no decisive answer, so its position bias is unknown" if st["position_bias"] is None else
+                f"it picked the clip shown first in {100 * st['position_bias']:.0f}% of its decisive answers (50% is "
+                "no position bias)")
+        out.append(f'<p class="note">VLM judge (so far in the run): {st["pairs"]} pairs, {st["skipped"]} skipped, '
+                   f'{st["disagreements"]} where the two orders disagreed (ties); {bias}.</p>')
     if failed:
         out.append("<h3>Refused samples and repairs</h3>" + _table(
             ["sample", "repair", "stage", "line", "error"],

@@ -36,10 +36,10 @@ __all__ = [
 ]
 
 
-def open_chat(kind: str, record: str | Path, *, base_url: str | None = None, model: str | None = None,
+def open_chat(kind: str, record: str | Path | Record, *, base_url: str | None = None, model: str | None = None,
               replay_from: str | Path | None = None, role: str = "generator", budget: Budget | None = None,
               **openai_options) -> RecordedChat | BudgetedChat:
-    """The backend a run asks for, recording to the JSON-lines file `record`.
+    """The backend a run asks for, recording to the JSON-lines file `record` (a path or an open `Record`).
 
     kind: "offline", "openai" (`base_url`/`model` or the environment; `openai_options`
     go to `OpenAIChat`) or "replay" (from `replay_from`, a record file or a run directory;
@@ -47,7 +47,7 @@ def open_chat(kind: str, record: str | Path, *, base_url: str | None = None, mod
     """
     if kind not in BACKENDS:
         raise ValueError(f"unknown LLM backend {kind!r}; choose from {', '.join(BACKENDS)}")
-    own = Record(record)
+    own = record if isinstance(record, Record) else Record(record)
     if kind == "replay":
         source = None
         if replay_from is not None:

@@ -221,6 +221,37 @@ class PreferenceStore:
         """Preferences with a label other than skip (what TAC can use)."""
         return int(self._db.execute("SELECT COUNT(*) FROM preferences WHERE label != 'skip'").fetchone()[0])
 
+    def export_rows(self) -> list[dict]:
+        """Every preference with its two clips' keys, candidates and videos, in stored order (for CSV/JSON)."""
+        clips = {c.id: c for c in self.clips()}
+        rows = []
+        for p in self.preferences():
+            a, b = clips[p.first], clips[p.second]
+            rows.append({"key": p.key, "iteration": p.iteration, "first_clip": a.key, "second_clip": b.key,
+                         "first_candidate": a.candidate, "second_candidate": b.candidate, "label": p.label,
+                         "judge_kind": p.judge_kind, "judge_id": p.judge_id, "confidence": p.confidence,
+                         "rationale": p.rationale, "seconds": p.seconds, "first_video": a.video,
+                         "second_video": b.video})
+        return rows
+
+    def export(self, path: str | Path) -> Path:
+        """Writes `export_rows()` as CSV (a .csv path) or JSON with the feedback too (.json); returns the path."""
+        import csv
+
+        path = Path(path)
+        rows = self.export_rows()
+        if path.suffix == ".csv":
+            with open(path, "w", newline="", encoding="utf-8") as f:
+                writer = csv.DictWriter(f, fieldnames=list(rows[0]) if rows else ["key"])
+                writer.writeheader()
+                writer.writerows(rows)
+        elif path.suffix == ".json":
+            feedback = [{"iteration": i, "author": a, "text": t} for i, a, t in self.feedback()]
+            path.write_text(json.dumps({"preferences": rows, "feedback": feedback}, indent=1), encoding="utf-8")
+        else:
+            raise ValueError(f"{path}: export to a .csv or .json file")
+        return path
+
     def load_clips(self, rows: list[ClipRow]) -> Clip:
         """The arrays of `rows`, stacked in that order (leading axis len(rows))."""
         if not rows:

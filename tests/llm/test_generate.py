@@ -3,6 +3,7 @@
 import json
 
 import pytest
+from fake_llm_server import FakeServer
 
 from jaxrace.llm import Budget, BudgetedChat, OfflineChat, ReplayMiss, generate, open_chat
 from jaxrace.llm.openai_chat import OpenAIChat
@@ -83,8 +84,6 @@ def test_offline_backend_goes_through_the_same_path_and_says_it_is_no_llm():
 
 
 def test_record_then_replay_with_the_server_stopped(tmp_path):
-    from conftest import FakeServer  # tests/llm/conftest.py
-
     server = FakeServer(tmp_path)
     try:
         server.script({"match": "Write candidate 1 of", "content": f"```python\n{program(1.0)}```"},
