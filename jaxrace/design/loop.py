@@ -640,11 +640,18 @@ class Loop:
                 if len(rationales[loser]) < 2 and p.rationale not in rationales[loser]:
                     rationales[loser].append(p.rationale)
         person = "\n".join(text for _, author, text in self.store.feedback(k) if author != "loop")
+        curves = self.run.read_json(f"{d}/train/curves.json")
+        training = {}
+        for r, run in enumerate(curves["runs"]):
+            if run["seed"] == 0:
+                picks = np.linspace(0, curves["epochs"] - 1, 8).round().astype(int)
+                training[run["candidate"]] = {key: [float(curves[key][r][i]) for i in picks]
+                                              for key in ("reward", "progress")}
         cands = tuple(CandidateSummary(
             name=n, source=self.run.file(f"{d}/candidates/{n}.py").read_text(encoding="utf-8"),
             strength=float(scores[names.index(n)]), stderr=float(stderr[names.index(n)]), tac=tac.get(n),
             failed=failed[n], races=summary[n], components=components.get(n, {}),
-            rationales=tuple(rationales[n])) for n in order)
+            rationales=tuple(rationales[n]), training=training.get(n, {})) for n in order)
         reference_lap = self.run.read_json(f"{d}/race/metrics.json")["reference_lap"]
         return feedback_text(IterationSummary(k, cands, reference_lap=reference_lap, person=person),
                              max_chars=self.config.llm_max_prompt_chars // 2)

@@ -47,6 +47,7 @@ class CandidateSummary:
     """One trained candidate as the feedback shows it (the loop fills it from the run directory).
 
     components: name -> {"min", "mean", "max", "share", "constant", "samples"} over its races.
+    training: the reward per step and the progress (m per step) at evenly spaced epochs of its training.
     races: the loop's race summary (median_position, mean_positions_gained,
         at_fault_contacts_per_race, side_contacts_per_race, course_outs_per_race,
         wall_hits_per_race, finished, best_lap), empty when it failed.
@@ -61,6 +62,7 @@ class CandidateSummary:
     races: dict = dataclasses.field(default_factory=dict)
     components: dict = dataclasses.field(default_factory=dict)
     rationales: tuple[str, ...] = ()
+    training: dict = dataclasses.field(default_factory=dict)  # "reward", "progress": values sampled over epochs
 
 
 @dataclasses.dataclass(frozen=True)
@@ -144,6 +146,11 @@ def _components(components: dict) -> str:
 def _program_section(title: str, c: CandidateSummary, reference_lap: float | None, *, stats: bool) -> str:
     parts = [f"### {title}: {c.name}", f"```python\n{c.source.rstrip()}\n```",
              f"Races: {_race_line(c.races, reference_lap)}."]
+    if stats and c.training:
+        parts.append("During training, at evenly spaced epochs:\n" + "\n".join(
+            f"  {label}: {', '.join(f'{v:.3g}' for v in c.training[key])}"
+            for key, label in (("reward", "its reward per step"), ("progress", "progress in m per step"))
+            if c.training.get(key)))
     if stats and c.components:
         parts.append("Each component per step over its races:\n" + _components(c.components))
     return "\n".join(parts) + "\n"

@@ -18,7 +18,7 @@ RACES = {"median_position": 2.0, "mean_positions_gained": 1.5, "at_fault_contact
          "best_lap": 31.0}
 SUMMARY = IterationSummary(2, (
     CandidateSummary("i2-c1", "def reward(prev, action, curr):\n    return 0.0, {}\n", 1.25, 0.5, tac=0.3,
-                     races=RACES, rationales=("kept clean",),
+                     races=RACES, rationales=("kept clean",), training={"reward": [0.5, 1.25], "progress": [2.0]},
                      components={"progress": {"min": 0.0, "mean": 0.5, "max": 1.0, "share": 0.7, "constant": False,
                                               "samples": [0.1, 0.5]},
                                  "time": {"min": -0.1, "mean": -0.1, "max": -0.1, "share": 0.3, "constant": True,
@@ -56,6 +56,9 @@ def test_feedback_exact_text():
     assert feedback_text(SUMMARY) == (
         HEAD + "\n### The best program: i2-c1\n```python\ndef reward(prev, action, curr):\n    return 0.0, {}\n```\n"
         f"Races: {RACE_LINE}.\n"
+        "During training, at evenly spaced epochs:\n"
+        "  its reward per step: 0.5, 1.25\n"
+        "  progress in m per step: 2\n"
         "Each component per step over its races:\n"
         "  progress: min 0, mean 0.5, max 1, 70% of the total's magnitude; DOMINATES the total\n"
         "    values over the races: 0.1, 0.5\n"
