@@ -73,6 +73,9 @@ class DesignConfig:
     judge_base_url: str = ""
     judge_model: str = ""
     judge_frames: int = 4
+    # which pairs are judged per iteration: all, or judge_budget of them chosen actively (0: all)
+    judge_selection: str = "all"
+    judge_budget: int = 0
     # TAC
     tac_min_preferences: int = 20
     bootstrap_races: int = 8
@@ -85,7 +88,7 @@ class DesignConfig:
                     "eval_races", "final_races", "clips_per_race", "judge_frames")
         problems += [f"{k} must be at least 1 (got {getattr(self, k)})" for k in positive if getattr(self, k) < 1]
         nonneg = ("warmup_epochs", "opponents", "videos_per_candidate", "tac_min_preferences", "bootstrap_races",
-                  "judge_equal_within", "llm_repairs", "llm_token_budget", "llm_call_budget")
+                  "judge_equal_within", "llm_repairs", "llm_token_budget", "llm_call_budget", "judge_budget")
         problems += [f"{k} must be at least 0 (got {getattr(self, k)})" for k in nonneg if getattr(self, k) < 0]
         if self.n > self.m:
             problems.append(f"n (trained per iteration, {self.n}) cannot exceed m (generated, {self.m})")
@@ -93,6 +96,8 @@ class DesignConfig:
                                      ("actor_input", self.actor_input, ACTOR_INPUTS)):
             if value not in choices:
                 problems.append(f"{name} must be one of {', '.join(choices)} (got {value!r})")
+        if self.judge_selection not in ("all", "active"):
+            problems.append(f"judge_selection must be all or active (got {self.judge_selection!r})")
         for name in ("epochs", "final_epochs"):
             if getattr(self, name) % self.chunk_epochs:
                 problems.append(f"chunk_epochs ({self.chunk_epochs}) must divide {name} ({getattr(self, name)})")

@@ -564,7 +564,8 @@ class Loop:
         return records
 
     def judge_pairs(self, k: int) -> None:
-        """Every pair of candidates on the same race, clip slot and seed; left/right order drawn."""
+        """Pairs of candidates on the same race, clip slot and seed (left/right order drawn): all of them, or
+        `judge_budget` chosen actively (`jaxrace.judges.pairs`) in rounds, refitting Bradley-Terry between rounds."""
         c = self.config
         d = f"iter{k}"
         runs = self.run.read_json(f"{d}/train/curves.json")["runs"]
@@ -581,12 +582,41 @@ class Loop:
                             a, b = b, a
                         key = f"{d}/seed{seed}/race{i}/slot{j}/{runs[a]['candidate']}~{runs[b]['candidate']}"
                         pairs.append((key, ids[f"{a}/{i}/{j}"], ids[f"{b}/{i}/{j}"]))
-        records = self._judge(k, pairs, d)
+        if c.judge_selection == "active" and 0 < c.judge_budget < len(pairs):
+            records = self._judge_active(k, pairs, d, runs, rng)
+        else:
+            records = self._judge(k, pairs, d)
         self.run.write_json(f"{d}/judge.json", records)
         stats = getattr(self.judge(), "stats", None)
         if stats is not None:  # the VLM judge's skips, order disagreements and position bias so far
             self.run.write_json(f"{d}/judge_stats.json", dataclasses.asdict(stats) | {
                 "position_bias": stats.position_bias})
+
+    def _judge_active(self, k: int, pairs, d: str, runs, rng) -> list[dict]:
+        """`judge_budget` of `pairs`: a random fifth first, then rounds of a fifth by information."""
+        from jaxrace.judges.pairs import choose_active
+        from jaxrace.rewards.bradley_terry import bradley_terry
+
+        c = self.config
+        names = sorted({r["candidate"] for r in runs})
+        owner = {row.id: names.index(row.candidate) for row in self.store.clips() if row.candidate in names}
+        items = np.array([(owner[a], owner[b]) for _, a, b in pairs])
+        step = max(1, c.judge_budget // 5)
+        chosen = [int(i) for i in rng.permutation(len(pairs))[:step]]
+        records = self._judge(k, [pairs[i] for i in chosen], d)
+        while len(chosen) < c.judge_budget:
+            done = [(items[i], r["label"]) for i, r in zip(chosen, records, strict=True) if r["label"] != "skip"]
+            win = [a if lab != "second" else b for (a, b), lab in done]
+            lose = [b if lab != "second" else a for (a, b), lab in done]
+            scores, _ = bradley_terry(jnp.asarray(win, jnp.int32), jnp.asarray(lose, jnp.int32), len(names),
+                                      jnp.asarray([lab == "tie" for _, lab in done], bool))
+            left = np.setdiff1d(np.arange(len(pairs)), chosen)
+            picked = left[choose_active(items[left], np.asarray(scores), min(step, c.judge_budget - len(chosen)),
+                                        rng)]
+            chosen += [int(i) for i in picked]
+            records += self._judge(k, [pairs[i] for i in picked], d)
+        self.run.log(f"{d}/judge: {len(chosen)} of {len(pairs)} pairs chosen actively")
+        return records
 
     def rank(self, k: int) -> None:
         """Bradley-Terry over this iteration's verdicts; failed candidates rank last; the feedback."""

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -67,7 +68,9 @@ def clip_frames(video: str | Path, n: int = 4, max_side: int = 256) -> list[np.n
     import imageio.v3 as iio
     from PIL import Image
 
-    frames = np.asarray(iio.imread(video, index=None))  # [T, H, W, 3]
+    with warnings.catch_warnings():  # ffmpeg is fork+exec'd, which is safe; JAX warns about any fork
+        warnings.filterwarnings("ignore", message=r"os\.fork\(\) was called", category=RuntimeWarning)
+        frames = np.asarray(iio.imread(video, index=None))  # [T, H, W, 3]
     if frames.ndim != 4 or len(frames) == 0:
         raise ValueError(f"{video}: no frames")
     picks = np.linspace(0, len(frames) - 1, n).round().astype(int)

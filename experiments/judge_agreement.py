@@ -1,0 +1,171 @@
+"""Noisy judges against the noiseless one, and random against active pair selection.
+
+Usage: python experiments/judge_agreement.py [--drivers 16] [--slots 3] [--repeats 10] [--budget 0.5]
+
+The agents are the built-in AI driving the ego car at varied skill and aggression (the
+loop's bootstrap stage, run here with `--drivers` races cut into `--slots` clips each),
+so they differ for real. The pool is every pair of clips of two drivers at the same clip
+slot. The truth is the Bradley-Terry ranking of the noiseless scripted judge on the whole
+pool.
+
+1. Agreement (rate and Cohen's kappa over the pool) of B-Pref's noisy teachers with the
+   noiseless one: stochastic (beta 1), mistaken (10%), myopic (0.9), equal (within 0.25
+   points), skipping (both below the median score), and all of them at once.
+2. Ranking accuracy (Kendall tau of the Bradley-Terry scores against the truth) as labels
+   from the mistaken teacher grow, picking pairs at random or actively
+   (`jaxrace.judges.pairs`: 10 random pairs, then rounds of 10 whose outcome is least
+   certain; and two variants: that score times the two strengths' variances, and divided
+   by one plus the times the two drivers were compared), over `--repeats` seeds. The
+   target: active selection reaches random selection's accuracy at the label budget
+   (`--budget` of the pool) with at most 60% of those labels.
+
+Prints tables and writes results/judge_agreement.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import tempfile
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from common import print_table, write_results
+from scipy.stats import kendalltau
+
+from jaxrace.design.config import load_config
+from jaxrace.design.loop import Loop
+from jaxrace.design.progress import Display
+from jaxrace.design.rundir import RunDir
+from jaxrace.judges import Pair, ScriptedJudge, TaskScoring, cohen_kappa
+from jaxrace.judges.pairs import choose_active, pair_information
+from jaxrace.rewards.bradley_terry import bradley_terry
+
+
+def make_clips(drivers: int, slots: int, folder: Path):
+    config = load_config("quick", bootstrap_races=drivers, clips_per_race=slots, tac_min_preferences=0)
+    loop = Loop(config, RunDir.open(folder, config), Display(quiet=True))
+    loop.stage("bootstrap", loop.bootstrap)
+    rows = [r for r in loop.store.clips() if r.iteration == 0]
+    clips = loop.store.load_clips(rows)
+    names = sorted({r.candidate for r in rows})
+    agent = np.array([names.index(r.candidate) for r in rows])
+    slot = np.array([int(r.key.rsplit("slot", 1)[1]) for r in rows])
+    one = [jax.tree.map(lambda x, i=i: np.asarray(x[i]), clips) for i in range(len(rows))]
+    return config.task, names, agent, slot, one
+
+
+def labels(judge, pool, clips, tag: str) -> list[str]:
+    return [judge.judge(Pair(f"{tag}/{a}~{b}", clips[a], clips[b])).label for a, b in pool]
+
+
+def fit(pool_agents, labs, idx, k) -> tuple[np.ndarray, np.ndarray]:
+    keep = [i for i in idx if labs[i] != "skip"]
+    w = [pool_agents[i][1] if labs[i] == "second" else pool_agents[i][0] for i in keep]
+    lo = [pool_agents[i][0] if labs[i] == "second" else pool_agents[i][1] for i in keep]
+    ties = [labs[i] == "tie" for i in keep]
+    s, se = bradley_terry(jnp.asarray(w, jnp.int32), jnp.asarray(lo, jnp.int32), k, jnp.asarray(ties, bool))
+    return np.asarray(s, np.float64), np.asarray(se, np.float64)
+
+
+def pick(method: str, pool_agents, chosen, left, scores, stderr, n: int, rng) -> np.ndarray:
+    """The next n of `left` by `method`: the library's score, or it weighted as variants to compare with."""
+    if method == "active":
+        return choose_active(pool_agents[left], scores, n, rng)
+    a, b = pool_agents[left, 0], pool_agents[left, 1]
+    info = pair_information(scores, a, b)
+    if method == "active, x stderr^2":
+        info = info * (stderr[a] ** 2 + stderr[b] ** 2)
+    else:
+        compared = np.zeros((len(scores), len(scores)))
+        np.add.at(compared, (pool_agents[chosen, 0], pool_agents[chosen, 1]), 1.0)
+        info = info / (1.0 + compared[a, b] + compared[b, a])
+    return np.lexsort((rng.random(len(left)), -info))[:n]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--drivers", type=int, default=16)
+    parser.add_argument("--slots", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--budget", type=float, default=0.5, help="the label budget, as a share of the pool")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        task, names, agent, slot, clips = make_clips(args.drivers, args.slots, Path(tmp))
+    k = len(names)
+    pool = [(a, b) for a, b in itertools.combinations(range(len(clips)), 2) if slot[a] == slot[b]
+            and agent[a] != agent[b]]
+    pool_agents = np.array([(agent[a], agent[b]) for a, b in pool])
+    scoring = TaskScoring.from_task(task)
+    oracle = ScriptedJudge(scoring=scoring)
+    truth_labels = labels(oracle, pool, clips, "truth")
+    truth, _ = fit(pool_agents, truth_labels, range(len(pool)), k)
+    median = float(np.median([oracle.score(c) for c in clips]))
+    median_myopic = float(np.median([ScriptedJudge(scoring=scoring, myopic=0.9).score(c) for c in clips]))
+    print(f"{len(clips)} clips of {k} drivers, a pool of {len(pool)} pairs; task {task!r}")
+
+    teachers = {
+        "stochastic (beta 1)": ScriptedJudge(scoring=scoring, beta=1.0, seed=1),
+        "mistaken (10%)": ScriptedJudge(scoring=scoring, mistake=0.1, seed=1),
+        "myopic (0.9)": ScriptedJudge(scoring=scoring, myopic=0.9, seed=1),
+        "equal (within 0.25 points)": ScriptedJudge(scoring=scoring, equal_within=0.25, seed=1),
+        "skipping (below the median)": ScriptedJudge(scoring=scoring, skip_below=median, seed=1),
+        "all of them": ScriptedJudge(scoring=scoring, beta=1.0, mistake=0.1, myopic=0.9, equal_within=0.25,
+                                     skip_below=median_myopic, seed=1),
+    }
+    rows, table = [], []
+    for name, judge in teachers.items():
+        labs = labels(judge, pool, clips, "agree")
+        both = [(t, x) for t, x in zip(truth_labels, labs, strict=True) if "skip" not in (t, x)]
+        rate = float(np.mean([t == x for t, x in both]))
+        kappa = cohen_kappa([t for t, _ in both], [x for _, x in both])
+        table.append([name, len(both), f"{rate:.3f}", f"{kappa:.3f}"])
+        rows += [{"name": f"agreement with the noiseless judge: {name}", "value": round(rate, 4), "unit": "rate",
+                  "shared": len(both)},
+                 {"name": f"kappa with the noiseless judge: {name}", "value": round(kappa, 4), "unit": "kappa"}]
+    print_table(["teacher", "pairs both labelled", "agreement", "Cohen's kappa"], table)
+
+    budget = int(round(args.budget * len(pool)))
+    steps = list(range(10, budget + 1, 10))
+    methods = ("random", "active", "active, x stderr^2", "active, / (1 + repeats)")
+    taus = {m: np.zeros((args.repeats, len(steps))) for m in methods}
+    for rep in range(args.repeats):
+        teacher = ScriptedJudge(scoring=scoring, mistake=0.1, seed=100 + rep)
+        labs = labels(teacher, pool, clips, f"rep{rep}")
+        order = np.random.default_rng(rep).permutation(len(pool))
+        for j, n in enumerate(steps):
+            s, _ = fit(pool_agents, labs, order[:n], k)
+            taus["random"][rep, j] = kendalltau(s, truth).statistic
+        for method in methods[1:]:
+            rng = np.random.default_rng([rep, methods.index(method)])
+            chosen = [int(i) for i in order[:10]]
+            for j, n in enumerate(steps):
+                s, se = fit(pool_agents, labs, chosen, k)
+                taus[method][rep, j] = kendalltau(s, truth).statistic
+                if j + 1 < len(steps):
+                    left = np.setdiff1d(np.arange(len(pool)), chosen)
+                    chosen += [int(i) for i in left[pick(method, pool_agents, chosen, left, s, se,
+                                                         steps[j + 1] - n, rng)]]
+    mean = {m: t.mean(axis=0) for m, t in taus.items()}
+    target = mean["random"][-1]
+    table = [[n, *(f"{mean[m][j]:.3f}" for m in methods)] for j, n in enumerate(steps)
+             if n % 20 == 0 or n == steps[-1]]
+    print_table(["labels", *(f"Kendall tau, {m}" for m in methods)], table)
+    for j, n in enumerate(steps):
+        rows += [{"name": f"Kendall tau at {n} labels, {m}", "value": round(float(mean[m][j]), 4), "unit": "tau"}
+                 for m in methods]
+    for m in methods[1:]:
+        reached = next((n for n, t in zip(steps, mean[m], strict=True) if t >= target), None)
+        share = None if reached is None else reached / budget
+        print(f"random selection reaches tau {target:.3f} with {budget} labels; {m} "
+              + ("never does within the budget" if reached is None else f"with {reached} ({100 * share:.0f}%)"))
+        rows.append({"name": f"labels {m} needs for random's accuracy at the budget, share of the budget",
+                     "value": None if share is None else round(share, 3), "unit": "share", "budget": budget,
+                     "pool": len(pool), "drivers": k, "repeats": args.repeats})
+    print(f"wrote {write_results(__file__, rows)}")
+
+
+if __name__ == "__main__":
+    main()
