@@ -145,7 +145,9 @@ def _iteration(run: RunDir, k: int, previous_best: tuple[str, str] | None) -> tu
     failed = [a for a in tries if a["stage"] != "ok"]
     stages = ", ".join(f"{n} {stage}" for stage, n in Counter(a["stage"] for a in tries).items())
     out.append(f"<p>{len(candidates)} candidates; the LLM was asked {len(tries)} times ({stages}), "
-               f"{attempts['tokens']:,} tokens.</p>")
+               f"{attempts['tokens']:,} tokens"
+               f"{' (estimated at 4 characters a token)' if any(a.get('tokens_estimated') for a in tries) else ''}"
+               ".</p>")
     if attempts["stopped"]:
         out.append(f'<p class="note">Generation stopped early: {_e(attempts["stopped"])}</p>')
     if select:

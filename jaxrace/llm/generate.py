@@ -102,7 +102,8 @@ def generate(chat: ChatBackend, task: str, m: int, feedback: str = "", *, repair
                 record = {"sample": chain.sample, "repair": chain.repairs, "seconds": round(seconds, 3),
                           "prompt_tokens": reply.prompt_tokens if reply else 0,
                           "completion_tokens": reply.completion_tokens if reply else 0,
-                          "finish_reason": reply.finish_reason if reply else None}
+                          "finish_reason": reply.finish_reason if reply else None,
+                          "tokens_estimated": bool(reply and reply.estimated)}
                 if error is not None:
                     failures += 1
                     budget = isinstance(error, BudgetExhausted)
