@@ -30,7 +30,6 @@ import tempfile
 from pathlib import Path
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 from common import print_table, write_results
 from scipy.stats import kendalltau
@@ -41,7 +40,7 @@ from jaxrace.design.progress import Display
 from jaxrace.design.rundir import RunDir
 from jaxrace.judges import Pair, ScriptedJudge, TaskScoring, cohen_kappa
 from jaxrace.judges.pairs import choose_active, pair_information
-from jaxrace.rewards.bradley_terry import bradley_terry
+from jaxrace.rewards.bradley_terry import fit_labels
 
 
 def make_clips(drivers: int, slots: int, folder: Path):
@@ -62,11 +61,8 @@ def labels(judge, pool, clips, tag: str) -> list[str]:
 
 
 def fit(pool_agents, labs, idx, k) -> tuple[np.ndarray, np.ndarray]:
-    keep = [i for i in idx if labs[i] != "skip"]
-    w = [pool_agents[i][1] if labs[i] == "second" else pool_agents[i][0] for i in keep]
-    lo = [pool_agents[i][0] if labs[i] == "second" else pool_agents[i][1] for i in keep]
-    ties = [labs[i] == "tie" for i in keep]
-    s, se = bradley_terry(jnp.asarray(w, jnp.int32), jnp.asarray(lo, jnp.int32), k, jnp.asarray(ties, bool))
+    idx = np.asarray(idx, np.int64)
+    s, se = fit_labels(pool_agents[idx, 0], pool_agents[idx, 1], [labs[i] for i in idx], k)
     return np.asarray(s, np.float64), np.asarray(se, np.float64)
 
 

@@ -86,9 +86,9 @@ def _endpoint(args) -> tuple[str | None, str | None]:
     """--base-url and --model for the openai backend, else from the environment (never the key)."""
     if getattr(args, "llm", None) != "openai":
         return args.base_url, args.model
-    from jaxrace.llm.openai_chat import _env
+    from jaxrace.llm.openai_chat import env_setting
 
-    return args.base_url or _env("BASE_URL"), args.model or _env("MODEL")
+    return args.base_url or env_setting("BASE_URL"), args.model or env_setting("MODEL")
 
 
 def _generate(args) -> int:

@@ -595,7 +595,7 @@ class Loop:
     def _judge_active(self, k: int, pairs, d: str, runs, rng) -> list[dict]:
         """`judge_budget` of `pairs`: a random fifth first, then rounds of a fifth by information."""
         from jaxrace.judges.pairs import choose_active
-        from jaxrace.rewards.bradley_terry import bradley_terry
+        from jaxrace.rewards.bradley_terry import fit_labels
 
         c = self.config
         names = sorted({r["candidate"] for r in runs})
@@ -605,11 +605,7 @@ class Loop:
         chosen = [int(i) for i in rng.permutation(len(pairs))[:step]]
         records = self._judge(k, [pairs[i] for i in chosen], d)
         while len(chosen) < c.judge_budget:
-            done = [(items[i], r["label"]) for i, r in zip(chosen, records, strict=True) if r["label"] != "skip"]
-            win = [a if lab != "second" else b for (a, b), lab in done]
-            lose = [b if lab != "second" else a for (a, b), lab in done]
-            scores, _ = bradley_terry(jnp.asarray(win, jnp.int32), jnp.asarray(lose, jnp.int32), len(names),
-                                      jnp.asarray([lab == "tie" for _, lab in done], bool))
+            scores, _ = fit_labels(items[chosen, 0], items[chosen, 1], [r["label"] for r in records], len(names))
             left = np.setdiff1d(np.arange(len(pairs)), chosen)
             picked = left[choose_active(items[left], np.asarray(scores), min(step, c.judge_budget - len(chosen)),
                                         rng)]
@@ -620,24 +616,17 @@ class Loop:
 
     def rank(self, k: int) -> None:
         """Bradley-Terry over this iteration's verdicts; failed candidates rank last; the feedback."""
-        from jaxrace.rewards.bradley_terry import bradley_terry
+        from jaxrace.rewards.bradley_terry import fit_labels
 
         d = f"iter{k}"
         names = self.run.read_json(f"{d}/select.json")["selected"]
         runs = self.run.read_json(f"{d}/train/curves.json")["runs"]
         failed = {n: all(r["failed"] for r in runs if r["candidate"] == n) for n in names}
         clip_owner = {row.id: row.candidate for row in self.store.clips()}
-        winners, losers, ties = [], [], []
-        for p in self.store.preferences(k):
-            if p.label == "skip":
-                continue
-            a, b = names.index(clip_owner[p.first]), names.index(clip_owner[p.second])
-            w, lo = (b, a) if p.label == "second" else (a, b)
-            winners.append(w)
-            losers.append(lo)
-            ties.append(p.label == "tie")
-        scores, stderr = (np.asarray(x, np.float64) for x in bradley_terry(
-            jnp.asarray(winners, jnp.int32), jnp.asarray(losers, jnp.int32), len(names), jnp.asarray(ties, bool)))
+        prefs = self.store.preferences(k)
+        scores, stderr = (np.asarray(x, np.float64) for x in fit_labels(
+            [names.index(clip_owner[p.first]) for p in prefs], [names.index(clip_owner[p.second]) for p in prefs],
+            [p.label for p in prefs], len(names)))
         order = sorted(range(len(names)), key=lambda i: (failed[names[i]], -scores[i]))
         trained = [names[i] for i in order if not failed[names[i]]]
         if not trained:
@@ -648,7 +637,7 @@ class Loop:
         best = trained[0]
         self.run.write_json(f"{d}/rank.json", {
             "names": names, "scores": scores, "stderr": stderr, "failed": failed, "order": [names[i] for i in order],
-            "best": best, "parents": trained[:2], "games": len(winners), "races": summary})
+            "best": best, "parents": trained[:2], "games": sum(p.label != "skip" for p in prefs), "races": summary})
         text = self._feedback(k, [names[i] for i in order], scores, stderr, failed, summary)
         self.run.write_text(f"{d}/feedback.txt", text)
         self.store.add_feedback(k, "loop", text)

@@ -27,14 +27,15 @@ DEFAULT_TIMEOUT_S = 120.0
 RETRYABLE_STATUS = (408, 409, 429)
 
 
-def _env(name: str) -> str | None:
+def env_setting(name: str) -> str | None:
+    """JAXRACE_LLM_<name>, else OPENAI_<name>, else None."""
     return os.environ.get(f"JAXRACE_LLM_{name}") or os.environ.get(f"OPENAI_{name}") or None
 
 
 def resolve_endpoint(base_url: str | None = None, model: str | None = None) -> tuple[str, str]:
     """(base URL, model) from the arguments, else the environment; a clear error when one is missing."""
-    base_url = base_url or _env("BASE_URL") or "https://api.openai.com/v1"
-    model = model or _env("MODEL")
+    base_url = base_url or env_setting("BASE_URL") or "https://api.openai.com/v1"
+    model = model or env_setting("MODEL")
     if not model:
         raise LLMError("no model named: pass --model NAME or set JAXRACE_LLM_MODEL (or OPENAI_MODEL)")
     return base_url.rstrip("/"), model
@@ -86,7 +87,7 @@ class OpenAIChat:
         self.retries = 0  # over the backend's life, for reports
         self._lock = threading.Lock()
         self._openai = openai
-        self._client = openai.OpenAI(base_url=self.base_url, api_key=api_key or _env("API_KEY") or "no-key",
+        self._client = openai.OpenAI(base_url=self.base_url, api_key=api_key or env_setting("API_KEY") or "no-key",
                                      timeout=timeout_s, max_retries=0)
         self._slots = threading.BoundedSemaphore(max_concurrency)
 

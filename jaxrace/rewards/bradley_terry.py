@@ -26,6 +26,18 @@ def win_matrix(winners: jax.Array, losers: jax.Array, num_items: int, ties: jax.
     return w.at[losers, winners].add(0.5 * tie)
 
 
+def fit_labels(first, second, labels, num_items: int) -> tuple[jax.Array, jax.Array]:
+    """`bradley_terry` of judged pairs: item indices shown first and second, labels first|second|tie|skip.
+
+    Skips are left out; a tie counts half a win each way.
+    """
+    kept = [(a, b, lab) for a, b, lab in zip(first, second, labels, strict=True) if lab != "skip"]
+    winners = [b if lab == "second" else a for a, b, lab in kept]
+    losers = [a if lab == "second" else b for a, b, lab in kept]
+    return bradley_terry(jnp.asarray(winners, jnp.int32), jnp.asarray(losers, jnp.int32), num_items,
+                         jnp.asarray([lab == "tie" for _, _, lab in kept], bool))
+
+
 def bradley_terry(winners: jax.Array, losers: jax.Array, num_items: int, ties: jax.Array | None = None,
                   prior: float = 1.0, *, max_iter: int = 1000, tol: float = 1e-6) -> tuple[jax.Array, jax.Array]:
     """Scores and standard errors of K items from G pairwise outcomes.

@@ -74,3 +74,13 @@ def test_bad_input_is_rejected():
         bradley_terry(jnp.array([0, 1]), jnp.array([1]), 2)
     with pytest.raises(ValueError, match="prior"):
         bradley_terry(jnp.array([0]), jnp.array([1]), 2, prior=0.0)
+
+
+def test_fit_labels_turns_shown_order_and_labels_into_games():
+    from jaxrace.rewards.bradley_terry import fit_labels
+
+    got = fit_labels([0, 1, 2, 0], [1, 2, 0, 2], ["first", "second", "tie", "skip"], 3)
+    want = bradley_terry(jnp.array([0, 2, 2]), jnp.array([1, 1, 0]), 3, jnp.array([False, False, True]))
+    np.testing.assert_array_equal(np.asarray(got[0]), np.asarray(want[0]))
+    np.testing.assert_array_equal(np.asarray(got[1]), np.asarray(want[1]))
+    assert float(got[0][2]) > float(got[0][1])  # 2 beat 1 and tied 0; 1 lost to both
