@@ -221,7 +221,9 @@ def _design(args) -> int:
         config = load_config(args.preset or "quick", args.config, task=args.task, llm=args.llm, judge=args.judge,
                              iterations=args.iterations, m=args.m, n=args.n, track=args.track, seed=args.seed,
                              base_url=base_url, model=model, replay_from=args.replay_from,
-                             judge_base_url=args.judge_base_url, judge_model=args.judge_model)
+                             judge_base_url=args.judge_base_url, judge_model=args.judge_model,
+                             judge_host=args.judge_host, judge_port=args.judge_port,
+                             judge_timeout_s=args.judge_timeout)
     except ValueError as err:
         print(f"jaxrace design: error: {err}", file=sys.stderr)
         return 2
@@ -305,10 +307,16 @@ def main(argv=None) -> int:
     design.add_argument("--llm", default=None, choices=("offline", "openai", "replay"),
                         help="who writes the programs (default offline: the proposer, not an LLM)")
     _llm_options(design)
-    design.add_argument("--judge", default=None, choices=("scripted", "vlm"),
-                        help="who compares the clips (vlm: a model that takes images, on an OpenAI-compatible server)")
+    design.add_argument("--judge", default=None, choices=("scripted", "vlm", "human"),
+                        help="who compares the clips (vlm: a model that takes images, on an OpenAI-compatible "
+                             "server; human: you, on a local web page whose URL the loop prints)")
     design.add_argument("--judge-base-url", default=None, help="vlm: its endpoint (default: the LLM's)")
     design.add_argument("--judge-model", default=None, help="vlm: its model (default: the LLM's --model)")
+    design.add_argument("--judge-host", default=None,
+                        help="human: the page's address (default 127.0.0.1; any other needs the printed token)")
+    design.add_argument("--judge-port", type=int, default=None, help="human: the page's port (default: a free one)")
+    design.add_argument("--judge-timeout", type=float, default=None,
+                        help="human: seconds to wait for labels before the pairs left become skips (default 3600)")
     design.add_argument("--run-dir", default=None, help="the run directory; an existing one is resumed")
     design.add_argument("--iterations", type=int, default=None, help="K")
     design.add_argument("-m", type=int, default=None, help="programs generated per iteration")

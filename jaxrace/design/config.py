@@ -8,8 +8,10 @@ from pathlib import Path
 
 DEFAULT_TASK = "win the race cleanly from the back of the grid"
 LLMS = ("offline", "openai", "replay")
-JUDGES = ("scripted", "vlm")
+JUDGES = ("scripted", "vlm", "human")
 ACTOR_INPUTS = ("state", "pixels")
+# Where the human judge's page listens and how long it waits: a resumed run may change them.
+OPERATIONAL = ("judge_host", "judge_port", "judge_timeout_s")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,6 +75,11 @@ class DesignConfig:
     judge_base_url: str = ""
     judge_model: str = ""
     judge_frames: int = 4
+    # the human judge's page: where it listens (port 0: a free one; any host but loopback needs a token)
+    # and how long the loop waits for labels before the pairs left become skips
+    judge_host: str = "127.0.0.1"
+    judge_port: int = 0
+    judge_timeout_s: float = 3600.0
     # which pairs are judged per iteration: all, or judge_budget of them chosen actively (0: all)
     judge_selection: str = "all"
     judge_budget: int = 0
@@ -88,7 +95,8 @@ class DesignConfig:
                     "eval_races", "final_races", "clips_per_race", "judge_frames")
         problems += [f"{k} must be at least 1 (got {getattr(self, k)})" for k in positive if getattr(self, k) < 1]
         nonneg = ("warmup_epochs", "opponents", "videos_per_candidate", "tac_min_preferences", "bootstrap_races",
-                  "judge_equal_within", "llm_repairs", "llm_token_budget", "llm_call_budget", "judge_budget")
+                  "judge_equal_within", "llm_repairs", "llm_token_budget", "llm_call_budget", "judge_budget",
+                  "judge_port", "judge_timeout_s")
         problems += [f"{k} must be at least 0 (got {getattr(self, k)})" for k in nonneg if getattr(self, k) < 0]
         if self.n > self.m:
             problems.append(f"n (trained per iteration, {self.n}) cannot exceed m (generated, {self.m})")
@@ -108,6 +116,8 @@ class DesignConfig:
         if not 0.0 <= self.judge_mistake <= 1.0 or not self.judge_beta > 0:
             problems.append(f"judge_mistake must be in [0, 1] and judge_beta > 0 (got {self.judge_mistake}, "
                             f"{self.judge_beta})")
+        if self.judge_port > 65535:
+            problems.append(f"judge_port must be at most 65535 (got {self.judge_port})")
         if self.clip_seconds <= 0:
             problems.append(f"clip_seconds must be positive (got {self.clip_seconds})")
         if self.llm == "openai" and not self.model:
@@ -124,10 +134,10 @@ class DesignConfig:
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
 
-    def changes(self, other: DesignConfig) -> list[str]:
-        """'field: ours -> theirs' for every field that differs."""
+    def changes(self, other: DesignConfig, ignore=()) -> list[str]:
+        """'field: ours -> theirs' for every field that differs (but those in `ignore`)."""
         a, b = self.to_dict(), other.to_dict()
-        return [f"{k}: {a[k]!r} -> {b[k]!r}" for k in a if a[k] != b[k]]
+        return [f"{k}: {a[k]!r} -> {b[k]!r}" for k in a if a[k] != b[k] and k not in ignore]
 
 
 PRESETS = {

@@ -115,9 +115,11 @@ class Loop:
         self.run = run
         self.display = display
         self.store = PreferenceStore(run.file(STORE))
+        self.store.set_meta("task", config.task)  # the human judge's page shows it
         self._envs: Envs | None = None
         self._chat = None
         self._vlm = None
+        self._human = None
         self._record = None
 
     # -- plumbing --------------------------------------------------------------------------------------
@@ -161,6 +163,17 @@ class Loop:
                 self._vlm = VLMJudge(chat, c.task, root=self.run.path, frames=c.judge_frames,
                                      seconds=c.clip_seconds)
             return self._vlm
+        if c.judge == "human":
+            if self._human is None:
+                from jaxrace.judges.human import HumanJudge
+
+                def notify(text):
+                    self.run.log(text)
+                    self.display.notice(text)
+
+                self._human = HumanJudge(self.store, host=c.judge_host, port=c.judge_port,
+                                         timeout_s=c.judge_timeout_s, notify=notify)
+            return self._human
         return ScriptedJudge(scoring=TaskScoring.from_task(c.task), beta=c.judge_beta, mistake=c.judge_mistake,
                              equal_within=c.judge_equal_within, seed=c.seed)
 
@@ -487,7 +500,8 @@ class Loop:
         flat = jax.tree.map(lambda x: np.asarray(x).reshape(-1, *x.shape[3:]), clips)
         path = save_clip_arrays(self.run.file(f"{d}/clips.npz"), flat)
         ids = {}
-        videos = self._clip_videos(d, names, seeds, states, starts) if same_race or self.config.judge == "vlm" else {}
+        judged_from_video = self.config.judge in ("vlm", "human")
+        videos = self._clip_videos(d, names, seeds, states, starts) if same_race or judged_from_video else {}
         row = 0
         for r, (name, seed, run) in enumerate(zip(names, seeds, runs, strict=True)):
             for i in range(races):
@@ -507,7 +521,7 @@ class Loop:
         wanted = []
         for r, (name, seed) in enumerate(zip(names, seeds, strict=True)):
             slots = [(i, j) for i in range(states.view.progress.shape[1]) for j in range(len(starts))]
-            if c.judge == "vlm":  # a VLM judges from videos: every clip needs one
+            if c.judge in ("vlm", "human"):  # they judge from videos: every clip needs one
                 wanted += [(f"{name}-seed{seed}" if seed else name, r, i, j) for i, j in slots]
             elif seed == 0:
                 wanted += [(name, r, i, j) for i, j in slots[:c.videos_per_candidate]]
@@ -542,6 +556,12 @@ class Loop:
         from jaxrace.judges import Pair
 
         judge = self.judge()
+        if judge.kind == "human":  # a person labels the whole batch on the page, in any order
+            with self.display.task(f"{d}: a person labels {len(pairs)} pairs", total=None):
+                verdicts = judge.judge_many(k, pairs)
+            return [{"key": key, "first": first, "second": second, "label": verdicts[key].label,
+                     "judge": self.store.preference(key).judge_id, "rationale": verdicts[key].rationale}
+                    for key, first, second in pairs]
         if hasattr(judge, "chat"):
             judge.chat.stage = f"{d}/judge"
         records = []
@@ -658,7 +678,8 @@ class Loop:
                 loser = owner[p.second if p.label == "first" else p.first]
                 if len(rationales[loser]) < 2 and p.rationale not in rationales[loser]:
                     rationales[loser].append(p.rationale)
-        person = "\n".join(text for _, author, text in self.store.feedback(k) if author != "loop")
+        first = 0 if k == 1 else k  # what a person wrote while labelling the bootstrap goes to iteration 1
+        person = "\n".join(text for i, author, text in self.store.feedback() if author != "loop" and first <= i <= k)
         curves = self.run.read_json(f"{d}/train/curves.json")
         training = {}
         for r, run in enumerate(curves["runs"]):
@@ -709,4 +730,6 @@ def run_design(config: DesignConfig, run_dir: str | Path, *, quiet: bool = False
         try:
             return loop.run_all()
         finally:
+            if loop._human is not None:
+                loop._human.close()
             loop.store.close()

@@ -48,3 +48,7 @@ class Display:
     def line(self, text: str) -> None:
         if not self.quiet:
             self._progress.console.print(text, highlight=False)
+
+    def notice(self, text: str) -> None:
+        """A line shown even when quiet: something a person must act on (the human judge's URL)."""
+        self._progress.console.print(text, highlight=False, style="bold")

@@ -233,10 +233,10 @@ def _judged(run: RunDir, records: list[dict], limit: int = 40) -> str:
     for r in records[:limit]:
         a, b = clips[r["first"]], clips[r["second"]]
         rows.append([_e(a.candidate), _e(b.candidate), f"race {a.race}, {a.start / 10:.0f} s", _e(r["label"]),
-                     _e(r["rationale"])])
+                     _e(r.get("judge", "")), _e(r["rationale"])])
     more = f'<p class="note">and {len(records) - limit} more</p>' if len(records) > limit else ""
     return (f"<h3>Judged pairs ({len(records)})</h3>"
-            + _table(["first", "second", "clip", "verdict", "rationale"], rows) + more)
+            + _table(["first", "second", "clip", "verdict", "judge", "rationale"], rows) + more)
 
 
 def _final(run: RunDir) -> str:

@@ -14,7 +14,7 @@ import os
 import time
 from pathlib import Path
 
-from jaxrace.design.config import DesignConfig
+from jaxrace.design.config import OPERATIONAL, DesignConfig
 
 CONFIG = "config.json"
 STAGES = "stages.json"
@@ -75,9 +75,12 @@ class RunDir:
         stored = run.path / CONFIG
         if stored.exists():
             old = run.config()
-            if old != config:
+            if old != config and not old.changes(config, ignore=OPERATIONAL):
+                atomic_write_json(stored, config.to_dict())  # only where the human page listens changed: kept
+            elif old != config:
                 raise ConfigMismatch(
-                    f"{run.path} holds a run made with a different config ({'; '.join(old.changes(config))}); "
+                    f"{run.path} holds a run made with a different config "
+                    f"({'; '.join(old.changes(config, ignore=OPERATIONAL))}); "
                     "rerun with the same options to resume it, or pass a new --run-dir")
         elif run.path.exists() and any(run.path.iterdir()):
             raise ConfigMismatch(f"{run.path} exists and is not a jaxrace run directory (no {CONFIG}); "

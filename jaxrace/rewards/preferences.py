@@ -11,6 +11,10 @@ beside a writer.
 A clip row points at its arrays (`RaceView`s, actions, valid mask) in an `.npz` written
 by `save_clip_arrays` beside the store, so TAC and weight tuning can compute any reward's
 return of any stored clip.
+
+Schema 2 adds the `queue` of pairs waiting for a person (the human judge's page labels
+them; a queued pair is done once a preference with its key exists) and a `meta` table of
+settings the page shows (the task). Older files are migrated in place when opened.
 """
 
 from __future__ import annotations
@@ -27,11 +31,11 @@ import numpy as np
 from jaxrace.rewards.api import Action, RaceView
 from jaxrace.rewards.clips import Clip
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 LABELS = ("first", "second", "tie", "skip")
 LABEL_SIGN = {"first": 1.0, "second": -1.0, "tie": 0.0, "skip": float("nan")}
 
-_SCHEMA = """
+_SCHEMA_V1 = """
 CREATE TABLE IF NOT EXISTS clips (
     id INTEGER PRIMARY KEY,
     key TEXT NOT NULL UNIQUE,
@@ -70,6 +74,24 @@ CREATE TABLE IF NOT EXISTS feedback (
 );
 """
 
+_SCHEMA_V2 = """
+CREATE TABLE IF NOT EXISTS queue (
+    id INTEGER PRIMARY KEY,
+    key TEXT NOT NULL UNIQUE,
+    iteration INTEGER NOT NULL,
+    first INTEGER NOT NULL REFERENCES clips(id),
+    second INTEGER NOT NULL REFERENCES clips(id),
+    created REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS meta (
+    key TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);
+"""
+
+# (version, script) in order: a file at version v runs every script after v, one transaction each.
+MIGRATIONS = ((1, _SCHEMA_V1), (2, _SCHEMA_V2))
+
 
 @dataclasses.dataclass(frozen=True)
 class ClipRow:
@@ -104,6 +126,16 @@ class Preference:
     confidence: float | None
     rationale: str
     seconds: float
+
+
+@dataclasses.dataclass(frozen=True)
+class QueuedPair:
+    """A pair waiting for a person: the preference key it will be stored under, and the clips' ids."""
+
+    key: str
+    iteration: int
+    first: int
+    second: int
 
 
 def save_clip_arrays(path: str | Path, clips: Clip) -> Path:
@@ -145,12 +177,21 @@ class PreferenceStore:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=FULL")
         self._db.execute("PRAGMA foreign_keys=ON")
+        self._migrate()
+
+    def _migrate(self) -> None:
         version = self._db.execute("PRAGMA user_version").fetchone()[0]
         if version > SCHEMA_VERSION:
             raise RuntimeError(f"{self.path}: preference store schema {version} is newer than this jaxrace "
                                f"understands ({SCHEMA_VERSION}); upgrade jaxrace")
-        if version < SCHEMA_VERSION:  # a new file (later versions add their migrations here, in order)
-            self._db.executescript(f"BEGIN IMMEDIATE; {_SCHEMA} PRAGMA user_version={SCHEMA_VERSION}; COMMIT;")
+        for target, script in MIGRATIONS:
+            if target > version:
+                # IF NOT EXISTS everywhere: a second process migrating at the same moment changes nothing
+                self._db.executescript(f"BEGIN IMMEDIATE; {script} PRAGMA user_version={target}; COMMIT;")
+
+    @property
+    def schema_version(self) -> int:
+        return int(self._db.execute("PRAGMA user_version").fetchone()[0])
 
     def close(self) -> None:
         self._db.close()
@@ -190,6 +231,33 @@ class PreferenceStore:
     def add_feedback(self, iteration: int, author: str, text: str) -> None:
         self._db.execute("INSERT INTO feedback (iteration, author, text, created) VALUES (?, ?, ?, ?)",
                          (iteration, author, text, time.time()))
+
+    def set_meta(self, key: str, value: str) -> None:
+        self._db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (key, value))
+
+    def meta(self, key: str, default: str = "") -> str:
+        row = self._db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return default if row is None else row[0]
+
+    def enqueue(self, key: str, *, iteration: int, first: int, second: int) -> None:
+        """Queues a pair (first shown left) for a person under the preference key `key` (kept if queued)."""
+        if first == second:
+            raise ValueError(f"a pair compares two different clips, got clip {first} twice")
+        self._db.execute("INSERT OR IGNORE INTO queue (key, iteration, first, second, created) VALUES (?, ?, ?, ?, ?)",
+                         (key, iteration, first, second, time.time()))
+
+    def pending(self) -> list[QueuedPair]:
+        """Queued pairs with no preference yet, oldest first."""
+        rows = self._db.execute("SELECT q.* FROM queue q LEFT JOIN preferences p ON p.key = q.key "
+                                "WHERE p.id IS NULL ORDER BY q.id")
+        return [QueuedPair(r["key"], r["iteration"], r["first"], r["second"]) for r in rows]
+
+    def queue_progress(self, iteration: int) -> tuple[int, int]:
+        """(labelled, queued) pairs of the queue for one iteration."""
+        done, total = self._db.execute(
+            "SELECT COUNT(p.id), COUNT(q.id) FROM queue q LEFT JOIN preferences p ON p.key = q.key "
+            "WHERE q.iteration = ?", (iteration,)).fetchone()
+        return int(done), int(total)
 
     def preference(self, key: str) -> Preference | None:
         row = self._db.execute("SELECT * FROM preferences WHERE key = ?", (key,)).fetchone()

@@ -47,6 +47,11 @@ def test_a_run_directory_refuses_another_config_and_foreign_folders(tmp_path):
     assert RunDir.open(tmp_path / "run", config).config() == config  # the same config resumes
     with pytest.raises(ConfigMismatch, match="iterations: 2 -> 3"):
         RunDir.open(tmp_path / "run", dataclasses.replace(config, iterations=3))
+    # where the human judge's page listens is not part of the result: a resume may move it (and keeps it)
+    moved = dataclasses.replace(config, judge_port=8777, judge_host="0.0.0.0", judge_timeout_s=60.0)
+    assert RunDir.open(tmp_path / "run", moved).config() == moved
+    with pytest.raises(ConfigMismatch, match=r"config \(seed: 0 -> 1\);"):
+        RunDir.open(tmp_path / "run", dataclasses.replace(config, seed=1))
     (tmp_path / "other").mkdir()
     (tmp_path / "other" / "notes.txt").write_text("mine")
     with pytest.raises(ConfigMismatch, match="not a jaxrace run directory"):

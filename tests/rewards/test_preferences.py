@@ -106,3 +106,33 @@ def test_two_writers_at_once_and_a_killed_writer(tmp_path):
     db.close()
     with pytest.raises(RuntimeError, match="newer than this jaxrace"):
         PreferenceStore(path)
+
+
+def test_a_schema_1_file_is_migrated_in_place_and_keeps_its_rows(tmp_path):
+    from jaxrace.rewards.preferences import MIGRATIONS
+
+    path = tmp_path / "old.sqlite"
+    db = sqlite3.connect(path)  # a file as jaxrace wrote it before the queue existed
+    db.executescript(MIGRATIONS[0][1] + "PRAGMA user_version=1;")
+    db.execute("INSERT INTO clips (key, iteration, candidate, seed, race, start, length, metrics, arrays, arrays_row,"
+               " created) VALUES ('c0', 1, 'a', 0, 0, 0, 4, '{}', 'x.npz', 0, 0), "
+               "('c1', 1, 'b', 0, 0, 0, 4, '{}', 'x.npz', 1, 0)")
+    db.execute("INSERT INTO preferences (key, iteration, first, second, label, judge_kind, judge_id, rationale, "
+               "seconds, created) VALUES ('p', 1, 1, 2, 'first', 'scripted', 's', '', 0, 0)")
+    db.commit()
+    db.close()
+    with PreferenceStore(path) as store:
+        assert store.schema_version == SCHEMA_VERSION == 2
+        assert [p.key for p in store.preferences()] == ["p"] and len(store.clips()) == 2
+        store.enqueue("p", iteration=1, first=1, second=2)  # already judged: not pending
+        store.enqueue("q", iteration=1, first=2, second=1)
+        store.enqueue("q", iteration=1, first=1, second=2)  # same key: kept as first queued
+        assert [(q.key, q.first, q.second) for q in store.pending()] == [("q", 2, 1)]
+        assert store.queue_progress(1) == (1, 2) and store.queue_progress(2) == (0, 0)
+        store.set_meta("task", "drive")
+        store.set_meta("task", "win")
+        assert store.meta("task") == "win" and store.meta("missing", "-") == "-"
+        with pytest.raises(ValueError, match="two different clips"):
+            store.enqueue("r", iteration=1, first=1, second=1)
+    with PreferenceStore(path) as again:  # opening a current file migrates nothing
+        assert again.schema_version == 2 and [q.key for q in again.pending()] == ["q"]
