@@ -259,15 +259,16 @@ class Loop:
         folder = f"iter{k}/candidates"
         candidates, exclude, feedback = [], [], ""
         if k > 1:
-            best = self.run.read_json(f"iter{k - 1}/rank.json")["best"]
-            source = self.run.file(f"iter{k - 1}/candidates/{best}.py").read_text(encoding="utf-8")
-            compiled = load_reward(self.run.file(f"iter{k - 1}/candidates/{best}.jaxreward"))
-            self.run.write_text(f"{folder}/{best}.py", source)
-            compiled.save(self.run.file(f"{folder}/{best}.jaxreward"))
-            candidates.append({"name": best, "origin": f"carried from iteration {k - 1}",
+            feedback = self.run.file(f"iter{k - 1}/feedback.txt").read_text(encoding="utf-8")
+        if k > 1 and (best := self._best(k - 1)) is not None:
+            name, where = best
+            source = self.run.file(f"{where}/{name}.py").read_text(encoding="utf-8")
+            compiled = load_reward(self.run.file(f"{where}/{name}.jaxreward"))
+            self.run.write_text(f"{folder}/{name}.py", source)
+            compiled.save(self.run.file(f"{folder}/{name}.jaxreward"))
+            candidates.append({"name": name, "origin": f"carried from iteration {k - 1}",
                                "components": list(compiled.component_names), "params": dict(compiled.params)})
             exclude.append(source)
-            feedback = self.run.file(f"iter{k - 1}/feedback.txt").read_text(encoding="utf-8")
         chat = self.chat
         chat.stage = f"iter{k}/generate"
         with self.display.task(f"iter{k}/generate: {c.llm} LLM writes, the sandbox compiles", total=c.m) as advance:
@@ -326,11 +327,16 @@ class Loop:
     def _runs(self, k) -> tuple[list[str], str]:
         """(candidate names trained in stage k, the folder of their artifacts)."""
         if k == "final":
-            return [self._winner(), *LIBRARY_BASELINES], "final/candidates"
+            best = self._best(self.config.iterations)
+            return ([] if best is None else [best[0]]) + list(LIBRARY_BASELINES), "final/candidates"
         return self.run.read_json(f"iter{k}/select.json")["selected"], f"iter{k}/candidates"
 
-    def _winner(self) -> str:
-        return self.run.read_json(f"iter{self.config.iterations}/rank.json")["best"]
+    def _best(self, k: int) -> tuple[str, str] | None:
+        """(name, folder of its program) of the best candidate after iteration k; None while none trained."""
+        rank = self.run.read_json(f"iter{k}/rank.json")
+        if rank["best"] is None:
+            return None
+        return rank["best"], rank.get("best_folder", f"iter{k}/candidates")
 
     def _bank(self, folder: str, names: list[str]):
         from jaxrace.rewards import RewardBank, load_reward
@@ -352,10 +358,13 @@ class Loop:
         from jaxrace.rewards import library_reward, load_reward
 
         folder = "final/candidates"
-        winner = self._winner()
-        last = f"iter{self.config.iterations}/candidates"
-        self.run.write_text(f"{folder}/{winner}.py", self.run.file(f"{last}/{winner}.py").read_text(encoding="utf-8"))
-        load_reward(self.run.file(f"{last}/{winner}.jaxreward")).save(self.run.file(f"{folder}/{winner}.jaxreward"))
+        best = self._best(self.config.iterations)
+        if best is not None:
+            winner, where = best
+            self.run.write_text(f"{folder}/{winner}.py",
+                                self.run.file(f"{where}/{winner}.py").read_text(encoding="utf-8"))
+            load_reward(self.run.file(f"{where}/{winner}.jaxreward")).save(
+                self.run.file(f"{folder}/{winner}.jaxreward"))
         for name in LIBRARY_BASELINES:
             library_reward(name).save(self.run.file(f"{folder}/{name}.jaxreward"))
 
@@ -438,8 +447,8 @@ class Loop:
             return
         ok = [ri for ri, r in enumerate(runs) if not r["failed"]]
         ids = self._store_clips(d, k, [runs[ri]["candidate"] for ri in ok], [runs[ri]["seed"] for ri in ok], ok,
-                                jax.tree.map(lambda x: x[np.asarray(ok)], ev.states),
-                                ev.actions[np.asarray(ok)], same_race=True)
+                                jax.tree.map(lambda x: x[np.asarray(ok, int)], ev.states),
+                                ev.actions[np.asarray(ok, int)], same_race=True) if ok else {}
         self.run.write_json(f"{d}/race/clips.json", {f"{a}/{b}/{s}": v for (a, b, s), v in ids.items()})
 
     def _component_stats(self, bank, ev, runs, names) -> list[dict]:
@@ -476,7 +485,7 @@ class Loop:
         when not `same_race`); `runs` are the labels the ids are keyed by.
         """
         from jaxrace.judges import clip_facts
-        from jaxrace.rewards.clips import cut_clip
+        from jaxrace.rewards.clips import cut_clip, interesting_starts, race_events
         from jaxrace.rewards.preferences import save_clip_arrays
 
         c, e = self.config, self.envs
@@ -486,15 +495,16 @@ class Loop:
         views = states.view  # [R, races, T + 1]
         races = views.progress.shape[1]
         length = e.clip_steps
-        steps = views.progress.shape[2] - 1
         slots = c.clips_per_race
-        starts = [round(j * (steps - length) / max(slots - 1, 1)) for j in range(slots)]
+        # per race, the same starts for every run in it: the grid start, then the busiest moments of all runs
+        events = race_events(views).sum(axis=0)  # [races, steps]
+        starts = [interesting_starts(events[i], length, slots) for i in range(races)]
         done = views.finished[..., 1:] & ~views.finished[..., :-1]
         from jaxrace.rewards.api import Action
 
         act = Action(steering=actions[..., 0], throttle_brake=actions[..., 1])
         cut = jax.jit(jax.vmap(jax.vmap(jax.vmap(cut_clip, in_axes=(None, None, None, 0, None)),
-                                        in_axes=(0, 0, 0, None, None)), in_axes=(0, 0, 0, None, None)),
+                                        in_axes=(0, 0, 0, 0, None)), in_axes=(0, 0, 0, None, None)),
                       static_argnums=4)
         clips = cut(views, act, done, jnp.asarray(starts), length)  # [R, races, slots, ...]
         flat = jax.tree.map(lambda x: np.asarray(x).reshape(-1, *x.shape[3:]), clips)
@@ -509,7 +519,7 @@ class Loop:
                     one = jax.tree.map(lambda x, row=row: x[row], flat)
                     key = f"{d}/{name}/seed{seed}/race{i}/slot{j}"
                     ids[(run, i, j)] = self.store.add_clip(
-                        key, iteration=k, candidate=name, seed=seed, race=i, start=starts[j], length=length,
+                        key, iteration=k, candidate=name, seed=seed, race=i, start=starts[i][j], length=length,
                         metrics=dataclasses.asdict(clip_facts(one)), arrays=path, arrays_row=row,
                         video=videos.get((r, i, j)))
                     row += 1
@@ -520,7 +530,7 @@ class Loop:
         c = self.config
         wanted = []
         for r, (name, seed) in enumerate(zip(names, seeds, strict=True)):
-            slots = [(i, j) for i in range(states.view.progress.shape[1]) for j in range(len(starts))]
+            slots = [(i, j) for i in range(states.view.progress.shape[1]) for j in range(len(starts[0]))]
             if c.judge in ("vlm", "human"):  # they judge from videos: every clip needs one
                 wanted += [(f"{name}-seed{seed}" if seed else name, r, i, j) for i, j in slots]
             elif seed == 0:
@@ -529,8 +539,8 @@ class Loop:
         paths = self._videos(d, wanted, states, starts=starts, seconds=c.clip_seconds)
         return {(r, i, j): p for (_, r, i, j), p in zip(wanted, paths, strict=True)}
 
-    def _videos(self, d, wanted, states, *, starts=(0,), seconds: float) -> list[str]:
-        """Renders (name, run, race, slot) clips to d/videos; returns their paths relative to the run."""
+    def _videos(self, d, wanted, states, *, starts=((0,),), seconds: float) -> list[str]:
+        """Renders (name, run, race, slot) clips from starts[race][slot] to d/videos; returns paths in the run."""
         import os
 
         from jaxrace.envs.video import render_clip
@@ -544,7 +554,7 @@ class Loop:
                 target = self.run.file(f"{d}/videos/{safe}-race{i}-slot{j}.mp4")
                 target.parent.mkdir(parents=True, exist_ok=True)
                 tmp = target.with_name(f".tmp-{target.name}")
-                written = render_clip(e.race_env, e.race_params, one, tmp, start=starts[j], seconds=seconds)
+                written = render_clip(e.race_env, e.race_params, one, tmp, start=starts[i][j], seconds=seconds)
                 final = target.with_suffix(written.suffix)
                 os.replace(written, final)
                 out.append(str(final.relative_to(self.run.path)))
@@ -649,15 +659,21 @@ class Loop:
             [p.label for p in prefs], len(names)))
         order = sorted(range(len(names)), key=lambda i: (failed[names[i]], -scores[i]))
         trained = [names[i] for i in order if not failed[names[i]]]
-        if not trained:
-            raise RuntimeError(f"iteration {k}: every candidate failed in training; see {d}/train/curves.json")
+        if trained:
+            best, best_folder = trained[0], f"{d}/candidates"
+        else:  # nothing to rank: the previous best stays the best, and the feedback says every candidate failed
+            previous = self._best(k - 1) if k > 1 else None
+            best, best_folder = previous if previous is not None else (None, None)
+            self.run.log(f"{d}/rank: every candidate failed in training (see {d}/train/curves.json); the best stays "
+                         f"{best or 'none'}")
+            self.display.line(f"{d}/rank: every candidate failed in training; the best stays {best or 'none'}")
         metrics = self.run.read_json(f"{d}/race/metrics.json")
         summary = {n: race_summary([m for r, m in zip(runs, metrics["races"], strict=True) if r["candidate"] == n])
                    for n in names}
-        best = trained[0]
         self.run.write_json(f"{d}/rank.json", {
             "names": names, "scores": scores, "stderr": stderr, "failed": failed, "order": [names[i] for i in order],
-            "best": best, "parents": trained[:2], "games": sum(p.label != "skip" for p in prefs), "races": summary})
+            "best": best, "best_folder": best_folder, "parents": trained[:2],
+            "games": sum(p.label != "skip" for p in prefs), "races": summary})
         text = self._feedback(k, [names[i] for i in order], scores, stderr, failed, summary)
         self.run.write_text(f"{d}/feedback.txt", text)
         self.store.add_feedback(k, "loop", text)

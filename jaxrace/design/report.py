@@ -180,7 +180,11 @@ def _iteration(run: RunDir, k: int, previous_best: tuple[str, str] | None) -> tu
         out.append(svg_error_bars(names, [rank["scores"][i] for i in idx], [rank["stderr"][i] for i in idx]))
     if run.exists(f"{d}/train/curves.json"):
         out.append("<h3>Training</h3>" + _curves(run.read_json(f"{d}/train/curves.json")))
-    if rank:
+    if rank and rank["best"] is None:
+        out.append('<p class="note">Every candidate failed in training: there is no best agent yet.</p>'
+                   "<h4>Feedback to the next iteration (the next prompt's)</h4>"
+                   f"<pre class='wrap'>{_e(run.file(f'{d}/feedback.txt').read_text())}</pre>")
+    elif rank:
         best = rank["best"]
         clips = sorted(p.relative_to(run.path) for p in run.file(f"{d}/videos").glob(f"{best}-*"))
         out.append(f"<h3>The best agent, {_e(best)}</h3>")
@@ -210,9 +214,10 @@ def _iteration(run: RunDir, k: int, previous_best: tuple[str, str] | None) -> tu
         else:
             body = f"<pre>{_e(source)}</pre>"
         out.append(f"<details><summary>{_e(c['name'])} ({_e(c['origin'])})</summary>{body}</details>")
-    if rank:
+    if rank and rank["best"] is not None:
         best = rank["best"]
-        previous_best = (best, run.file(f"{d}/candidates/{best}.py").read_text(encoding="utf-8"))
+        folder = rank.get("best_folder", f"{d}/candidates")
+        previous_best = (best, run.file(f"{folder}/{best}.py").read_text(encoding="utf-8"))
     return "".join(out), previous_best
 
 
@@ -242,7 +247,7 @@ def _judged(run: RunDir, records: list[dict], limit: int = 40) -> str:
 def _final(run: RunDir) -> str:
     if not run.exists("final/race/metrics.json"):
         return '<h2 id="final">Final agent</h2><p class="note">not run yet</p>'
-    from jaxrace.design.loop import race_summary
+    from jaxrace.design.loop import LIBRARY_BASELINES, race_summary
 
     metrics = run.read_json("final/race/metrics.json")
     runs = metrics["runs"]
@@ -253,10 +258,12 @@ def _final(run: RunDir) -> str:
         rows.append([_e(name), *_race_cells(s), _num(s["finished"], "{:.0%}")])
     ref = metrics.get("reference_lap")
     out = ['<h2 id="final">Final agent against the library rewards</h2>',
-           f"<p>The winner and the library rewards, trained on the same budget and raced "
+           f"<p>The winner (first, when an iteration produced one) and the library rewards, trained on the same "
+           f"budget and raced "
            f"{len(metrics['races'][0])} times each from the back of the grid against the built-in AI"
            + (f" (reference lap {ref:.2f} s)" if ref else "") + ".</p>",
-           _table(["reward", *RACE_HEADER, "finished"], rows, ["best"] + [""] * (len(rows) - 1))]
+           _table(["reward", *RACE_HEADER, "finished"], rows,
+                  ["" if names[0] in LIBRARY_BASELINES else "best"] + [""] * (len(rows) - 1))]
     if run.exists("final/train/curves.json"):
         out.append(_curves(run.read_json("final/train/curves.json")))
     videos = sorted(p.relative_to(run.path) for p in run.file("final/videos").glob("*"))

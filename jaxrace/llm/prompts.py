@@ -170,7 +170,13 @@ def feedback_text(summary: IterationSummary, *, max_chars: int = DEFAULT_MAX_CHA
         ranking.append(f"{i + 1}. {c.name}: strength {_num(c.strength)} +- {_num(c.stderr, '.2f')}{tac}; {state}")
     sections: list[tuple[int, str]] = [(0, "\n".join(ranking) + "\n")]  # (how soon to drop: high first, text)
     best = cands[0]
-    sections.append((1, _program_section("The best program", best, summary.reference_lap, stats=True)))
+    if all(c.failed for c in cands):
+        ranking.append("Every candidate failed in training: each reward reached NaN or infinity, or made the "
+                       "agent diverge. Keep rewards finite and bounded (clip, avoid division by small values).")
+        sections[0] = (0, "\n".join(ranking) + "\n")
+        sections.append((1, _program_section("The first failed program", best, summary.reference_lap, stats=True)))
+    else:
+        sections.append((1, _program_section("The best program", best, summary.reference_lap, stats=True)))
     if len(cands) > 2:
         sections.append((4, _program_section("The second best", cands[1], summary.reference_lap, stats=False)))
     if len(cands) > 1:

@@ -6,6 +6,7 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from jaxrace.rewards.api import Action, RaceView
 
@@ -46,3 +47,50 @@ def cut_clip(views: RaceView, actions: Action, done: jax.Array, start: jax.Array
     valid = take(ended_before, length) == ended_before[start]
     return Clip(views=jax.tree.map(lambda x: take(x, length + 1), views),
                 actions=jax.tree.map(lambda x: take(x, length), actions), valid=valid)
+
+
+def race_events(views: RaceView) -> np.ndarray:
+    """f32[..., S]: things a judge looks for at each step (host-side numpy) from views [..., S + 1].
+
+    Counts places changed and the onsets of contacts (any kind), course-outs and wall hits,
+    while the race is on (not after the finish).
+    """
+    def onset(flag):
+        flag = np.asarray(flag, bool)
+        return flag[..., 1:] & ~flag[..., :-1]
+
+    rank = np.asarray(views.rank)
+    events = (rank[..., 1:] != rank[..., :-1]).astype(np.float32)
+    for flag in (views.hit_other_from_behind, views.side_contact, views.hit_from_behind, views.off_course,
+                 views.wall_contact):
+        events += onset(flag)
+    return np.where(np.asarray(views.finished, bool)[..., :-1], 0.0, events)
+
+
+def interesting_starts(events: np.ndarray, length: int, slots: int) -> list[int]:
+    """Start steps of `slots` clips of `length` steps from a race with per-step `events` f32[S] (host-side).
+
+    The first clip is the start of the race; each next one is the window with the most
+    events that overlaps no clip chosen so far. Slots left over (a quiet race, or no room)
+    go where they are farthest from the clips chosen. Returned in time order.
+    """
+    steps = events.shape[0]
+    if length > steps:
+        raise ValueError(f"a clip of {length} steps does not fit a race of {steps}")
+    last = steps - length
+    window = np.convolve(np.asarray(events, np.float64), np.ones(length), mode="valid")  # [last + 1]
+    chosen = [0]
+    while len(chosen) < slots:
+        free = np.ones(last + 1, bool)
+        for c in chosen:
+            free[max(0, c - length + 1):c + length] = False
+        score = np.where(free, window, -1.0)
+        best = int(np.argmax(score))
+        if score[best] <= 0:
+            break
+        chosen.append(best)
+    candidates = np.arange(last + 1)
+    while len(chosen) < slots:
+        distance = np.min(np.abs(candidates[:, None] - np.asarray(chosen)[None, :]), axis=1)
+        chosen.append(int(np.argmax(distance)))  # no room left: the same start again
+    return sorted(chosen)

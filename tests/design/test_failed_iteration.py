@@ -1,0 +1,65 @@
+"""An iteration in which every candidate fails in training: the loop goes on, the best stays, the final adapts."""
+
+import json
+
+from jaxrace.design.config import load_config
+from jaxrace.design.loop import LIBRARY_BASELINES, Loop
+from jaxrace.design.progress import Display
+from jaxrace.design.rundir import RunDir
+from jaxrace.rewards import library_reward
+
+RACE = {"best_lap": None, "finishing_position": 4, "positions_gained": 0, "collisions_at_fault": 0,
+        "side_contacts": 0, "course_outs": 3, "wall_hits": 1, "finished": False}
+
+
+def write_failed_iteration(run: RunDir, k: int, names: list[str]) -> None:
+    for n in names:
+        run.write_text(f"iter{k}/candidates/{n}.py", f"# {n}\ndef reward(prev, action, curr):\n    return curr.speed\n")
+    run.write_json(f"iter{k}/select.json", {"selected": names, "reason": "all", "labelled_preferences": 0,
+                                            "tac": None})
+    run.write_json(f"iter{k}/train/curves.json", {
+        "runs": [{"candidate": n, "seed": 0, "failed": True} for n in names], "epochs": 2,
+        "reward": [[0.1, float("nan")] for _ in names], "progress": [[0.5, float("nan")] for _ in names]})
+    run.write_json(f"iter{k}/race/metrics.json", {"runs": [], "races": [[RACE] for _ in names],
+                                                  "reference_lap": 30.0})
+    run.write_json(f"iter{k}/race/components.json", [])
+
+
+def test_every_candidate_failing_keeps_the_previous_best_and_says_so(tmp_path):
+    config = load_config("quick", bootstrap_races=0)
+    run = RunDir.open(tmp_path / "run", config)
+    loop = Loop(config, run, Display(quiet=True))
+    write_failed_iteration(run, 1, ["i1-c1", "i1-c2"])
+    loop.rank(1)
+    rank = run.read_json("iter1/rank.json")
+    assert rank["best"] is None and rank["parents"] == [] and rank["order"] == ["i1-c1", "i1-c2"]
+    assert loop._best(1) is None
+    feedback = run.file("iter1/feedback.txt").read_text()
+    assert "1. i1-c1: strength +0.00 +- 1.00; FAILED in training" in feedback
+    assert "Every candidate failed in training" in feedback and "### The first failed program: i1-c1" in feedback
+    assert "The best program" not in feedback
+    assert "every candidate failed in training" in run.file("log.txt").read_text()
+
+    # iteration 2 with a best, then iteration 3 where all fail again: the best of iteration 2 stays
+    write_failed_iteration(run, 2, ["i2-c1"])
+    curves = run.read_json("iter2/train/curves.json")
+    curves["runs"][0]["failed"] = False
+    curves["reward"], curves["progress"] = [[0.1, 0.2]], [[0.5, 0.6]]
+    run.write_json("iter2/train/curves.json", curves)
+    loop.rank(2)
+    assert loop._best(2) == ("i2-c1", "iter2/candidates")
+    write_failed_iteration(run, 3, ["i3-c1", "i3-c2"])
+    loop.rank(3)
+    assert json.loads(run.file("iter3/rank.json").read_text())["best_folder"] == "iter2/candidates"
+    assert loop._best(3) == ("i2-c1", "iter2/candidates")
+
+    # the final stage: the winner (from iteration 2's folder) and the library rewards; none when nothing trained
+    final_config = load_config("quick", bootstrap_races=0, iterations=3)
+    final_run = RunDir(run.path)
+    final = Loop(final_config, final_run, Display(quiet=True))
+    assert final._runs("final") == (["i2-c1", *LIBRARY_BASELINES], "final/candidates")
+    library_reward("progress").save(run.file("iter2/candidates/i2-c1.jaxreward"))  # as the sandbox writes it
+    final._prepare_final()
+    assert final_run.file("final/candidates/i2-c1.py").read_text().startswith("# i2-c1")
+    only_first = Loop(load_config("quick", bootstrap_races=0, iterations=1), RunDir(run.path), Display(quiet=True))
+    assert only_first._runs("final") == (list(LIBRARY_BASELINES), "final/candidates")
