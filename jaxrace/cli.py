@@ -82,6 +82,54 @@ def _reward(args) -> int:
     return status
 
 
+def _tune(args) -> int:
+    """jaxrace reward tune STORE PROGRAM.py...: the programs' PARAMS fitted to the store's preferences."""
+    from pathlib import Path
+
+    from jaxrace.rewards import RewardBank, RewardCompileError, compile_rewards
+    from jaxrace.rewards.preferences import PreferenceStore
+    from jaxrace.rewards.tuning import TuningConfig, tune
+
+    if not Path(args.store).is_file():
+        print(f"jaxrace reward tune: error: {args.store}: no such store (a run directory's preferences.sqlite)",
+              file=sys.stderr)
+        return 2
+    try:
+        config = TuningConfig(method=args.method, holdout=args.holdout, seed=args.seed, beta=args.beta,
+                              min_preferences=args.min_preferences)
+        sources = [Path(f).read_text(encoding="utf-8") for f in args.programs]
+    except (ValueError, OSError) as err:
+        print(f"jaxrace reward tune: error: {err}", file=sys.stderr)
+        return 2
+    compiled = compile_rewards(sources, names=[Path(f).stem for f in args.programs])
+    bad = [(f, c) for f, c in zip(args.programs, compiled, strict=True) if isinstance(c, RewardCompileError)]
+    for f, err in bad:
+        print(f"{f}:{err.lineno or 0}: {err}", file=sys.stderr)
+    if bad:
+        return 1
+    with PreferenceStore(args.store) as store:
+        try:
+            first, second, labels = store.labelled_pairs()
+        except ValueError as err:
+            print(f"jaxrace reward tune: error: {err}", file=sys.stderr)
+            return 1
+    result = tune(RewardBank.from_compiled(compiled), first, second, labels, config)
+    print(f"{args.store}: {len(labels)} labelled pairs; method {result.method}, fit in {result.fit_seconds:.1f} s "
+          "(compile included)")
+    for c in result.candidates:
+        figures = "" if c.heldout_accuracy_before is None else (
+            f"; held-out ({c.heldout_pairs} pairs) accuracy {c.heldout_accuracy_before:.3f} -> "
+            f"{c.heldout_accuracy_after:.3f}, log-likelihood per pair {c.heldout_loglik_before:.3f} -> "
+            f"{c.heldout_loglik_after:.3f}")
+        mh = "" if c.acceptance is None else (
+            f"; acceptance {c.acceptance:.2f}, effective samples "
+            + ", ".join(f"{k} {v:.0f}" for k, v in c.ess.items()))
+        how = f", returns {c.returns}" if c.returns else ""
+        print(f"{c.name}: {'tuned' if c.tuned else 'kept the defaults'} ({c.reason}{how}){figures}{mh}")
+        print(f"  PARAMS = {{{', '.join(f'{k!r}: {v:.6g}' for k, v in c.params.items())}}}")
+    return 0
+
+
 def _endpoint(args) -> tuple[str | None, str | None]:
     """--base-url and --model for the openai backend, else from the environment (never the key)."""
     if getattr(args, "llm", None) != "openai":
@@ -286,6 +334,14 @@ def main(argv=None) -> int:
     prop.add_argument("-m", type=int, default=8)
     prop.add_argument("--seed", type=int, default=0)
     prop.add_argument("--out", default="proposals")
+    tune_cmd = reward_sub.add_parser("tune", help="fit programs' PARAMS to a store's preferences (held-out figures)")
+    tune_cmd.add_argument("store", help="a preferences.sqlite (a run directory's)")
+    tune_cmd.add_argument("programs", nargs="+", help="reward programs (.py) declaring PARAMS")
+    tune_cmd.add_argument("--method", default="grad", choices=("mh", "grad", "soft-tac"))
+    tune_cmd.add_argument("--holdout", type=float, default=0.3, help="share of the pairs held out (default 0.3)")
+    tune_cmd.add_argument("--beta", type=float, default=0.9, help="Boltzmann rationality per s.d. of the returns")
+    tune_cmd.add_argument("--min-preferences", type=int, default=10, help="pairs to fit on, or keep the defaults")
+    tune_cmd.add_argument("--seed", type=int, default=0)
     gen = reward_sub.add_parser("generate", help="M programs from an LLM (or offline), compiled, with the record")
     gen.add_argument("--task", default="win the race cleanly from the back of the grid")
     gen.add_argument("-m", type=int, default=4)
@@ -335,7 +391,8 @@ def main(argv=None) -> int:
     report.add_argument("run_dir")
     args = parser.parse_args(argv)
     if args.command == "reward":
-        return _generate(args) if args.reward_command == "generate" else _reward(args)
+        handler = {"generate": _generate, "tune": _tune}.get(args.reward_command, _reward)
+        return handler(args)
     if args.command == "llm":
         return _llm_check(args)
     if args.command == "judges":

@@ -1,0 +1,443 @@
+"""Tuning reward weights from preferences: Metropolis-Hastings, gradient ascent and Soft-TAC.
+
+Every candidate of a `RewardBank` keeps its terms; its `PARAMS` are fitted so that its
+returns order the stored clip pairs as the judges did.
+
+The objective. A clip's return is the mean reward per valid step (TAC's default). For
+pair p, with d_p = (R_w(first) - R_w(second)) / s_w, where s_w is the standard deviation
+of the returns over the clips fitted on:
+
+    log L(w) = sum_p  y_p log sigmoid(beta d_p) + (1 - y_p) log sigmoid(-beta d_p)
+
+with y = 1 (first preferred), 0 (second), 1/2 (tie, half a win each); skips are left
+out. Dividing by s_w fixes the scale: rewards that differ by a positive factor, or by a
+constant, have the same likelihood, so beta (0.9, the self-alignment paper's) is per
+standard deviation of the returns and weights cannot grow to sharpen it. Weights move in
+log space, sign kept (w = w0 exp(theta)); a zero default moves linearly (w = theta).
+The prior theta ~ N(0, prior_scale^2) keeps them near the program's defaults, and with
+the likelihood blind to scale it is what fixes the common scale.
+
+Methods, all candidates (and chains or restarts) in one jitted call:
+- "mh": random-walk Metropolis-Hastings on theta (TensorFlow Probability's kernel), many
+  chains; the posterior mean of theta; acceptance rate, effective sample size and R-hat.
+- "grad": Adam (optax) on the log posterior from several starts; the best start.
+- "soft-tac": Adam on a relaxed TAC, sum_p sign(label_p) tanh(d_p / temperature), plus the
+  log prior: Kendall's tau with its step softened.
+
+Returns are exactly linear in the weights for most programs (weighted sums of terms);
+then they are computed once with their Jacobian and every step after costs a matrix
+product. Otherwise (checked numerically at random weights) every step evaluates the
+programs on every clip, and Adam's gradient is a central difference. Neither path
+differentiates through the exported programs.
+
+Host-side orchestration (splits, guard rails, reporting) is plain Python around the
+jitted fits.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+import time
+import zlib
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxrace.rewards.bank import RewardBank
+from jaxrace.rewards.clips import Clip
+from jaxrace.rewards.tac import clip_returns
+
+METHODS = ("mh", "grad", "soft-tac")
+
+
+@dataclasses.dataclass(frozen=True)
+class TuningConfig:
+    """How to tune (see the module docstring)."""
+
+    method: str = "grad"
+    beta: float = 0.9
+    prior_scale: float = 1.0  # of theta: a factor e per standard deviation in log space
+    holdout: float = 0.3  # share of the pairs held out for the before/after figures (0: none)
+    min_preferences: int = 10  # labelled pairs to fit on, or the defaults stay
+    max_change: float = 1000.0  # a weight moving by more than this factor counts as diverged
+    seed: int = 0
+    # Metropolis-Hastings
+    chains: int = 8
+    steps: int = 1000
+    burn_in: int = 500  # isotropic steps of step_size, whose second half shapes the later steps
+    step_size: float = 0.1
+    # Adam (grad and soft-tac)
+    learning_rate: float = 0.05
+    grad_steps: int = 300
+    restarts: int = 4
+    temperature: float = 0.5  # soft-tac
+
+    def __post_init__(self):
+        problems = []
+        if self.method not in METHODS:
+            problems.append(f"method must be one of {', '.join(METHODS)} (got {self.method!r})")
+        if not 0.0 <= self.holdout < 1.0:
+            problems.append(f"holdout must be in [0, 1) (got {self.holdout})")
+        for name in ("beta", "prior_scale", "step_size", "learning_rate", "temperature"):
+            if not getattr(self, name) > 0:
+                problems.append(f"{name} must be positive (got {getattr(self, name)})")
+        for name in ("chains", "steps", "grad_steps", "restarts"):
+            if getattr(self, name) < 1:
+                problems.append(f"{name} must be at least 1 (got {getattr(self, name)})")
+        if self.burn_in < 0 or self.min_preferences < 1 or not self.max_change > 1:
+            problems.append("burn_in must be >= 0, min_preferences >= 1 and max_change > 1")
+        if problems:
+            raise ValueError("invalid tuning config: " + "; ".join(problems))
+
+
+@dataclasses.dataclass(frozen=True)
+class CandidateTuning:
+    """One candidate's outcome: its weights (tuned, or the defaults with the reason)."""
+
+    name: str
+    params: dict[str, float]
+    defaults: dict[str, float]
+    tuned: bool
+    reason: str
+    train_pairs: int
+    heldout_pairs: int
+    heldout_accuracy_before: float | None
+    heldout_accuracy_after: float | None
+    heldout_loglik_before: float | None  # mean per held-out pair
+    heldout_loglik_after: float | None
+    returns: str | None = None  # "linear" (precomputed with their Jacobian) or "exact" (the program every step)
+    acceptance: float | None = None  # mh
+    ess: dict[str, float] | None = None  # mh: effective sample size per weight, over all chains
+    rhat: dict[str, float] | None = None  # mh: potential scale reduction per weight
+
+
+@dataclasses.dataclass(frozen=True)
+class TuningResult:
+    candidates: tuple[CandidateTuning, ...]
+    params: np.ndarray  # f32[N, P]: the bank's params matrix with the tuned weights
+    method: str
+    fit_seconds: float  # the jitted fit, compile included
+
+    def __getitem__(self, name: str) -> CandidateTuning:
+        return next(c for c in self.candidates if c.name == name)
+
+
+# -- the objective (pure functions of one candidate) ----------------------------------------------------
+
+
+def weights_from_theta(theta: jax.Array, defaults: jax.Array) -> jax.Array:
+    """w = w0 exp(theta) where w0 != 0 (sign kept), else w = theta."""
+    return jnp.where(defaults != 0, defaults * jnp.exp(theta), theta)
+
+
+def theta_from_weights(weights: jax.Array, defaults: jax.Array) -> jax.Array:
+    """The inverse of `weights_from_theta` (weights must keep their defaults' signs)."""
+    ratio = jnp.where(defaults != 0, weights / jnp.where(defaults != 0, defaults, 1.0), 1.0)
+    return jnp.where(defaults != 0, jnp.log(ratio), weights)
+
+
+def normalised_differences(returns: jax.Array, first: jax.Array, second: jax.Array, fit_mask: jax.Array) -> jax.Array:
+    """f32[P]: (R[first] - R[second]) / std of R over the clips of the pairs in `fit_mask` (returns f32[K])."""
+    used = jnp.zeros(returns.shape, jnp.float32).at[first].max(fit_mask).at[second].max(fit_mask)
+    count = jnp.maximum(jnp.sum(used), 1.0)
+    mean = jnp.sum(returns * used) / count
+    std = jnp.sqrt(jnp.sum(used * (returns - mean) ** 2) / count)
+    return (returns[first] - returns[second]) / (std + 1e-8)
+
+
+def pair_loglik(d: jax.Array, y: jax.Array, beta: float) -> jax.Array:
+    """f32[P]: log-likelihood of each label y in {1, 0, 1/2} under Boltzmann-rational choice."""
+    return y * jax.nn.log_sigmoid(beta * d) + (1.0 - y) * jax.nn.log_sigmoid(-beta * d)
+
+
+def _objective(theta, returns_of, defaults, mask, data, config: TuningConfig, kind: str):
+    """Log prior plus the fit term over the pairs in data['fit'] (one candidate)."""
+    returns = returns_of(weights_from_theta(theta, defaults) * mask)
+    d = normalised_differences(returns, data["first"], data["second"], data["fit"])
+    if kind == "soft-tac":
+        sign = 2.0 * data["y"] - 1.0  # +1, -1, 0 for a tie
+        fit = jnp.sum(data["fit"] * sign * jnp.tanh(d / config.temperature))
+    else:
+        fit = jnp.sum(data["fit"] * pair_loglik(d, data["y"], config.beta))
+    prior = -0.5 * jnp.sum(mask * (theta / config.prior_scale) ** 2)
+    return fit + prior
+
+
+def heldout_figures(returns: jax.Array, data: dict, beta: float) -> tuple[jax.Array, jax.Array]:
+    """(accuracy on strict held-out labels, mean log-likelihood per held-out pair); NaN when none."""
+    d = normalised_differences(returns, data["first"], data["second"], data["fit"])
+    held = data["held"]
+    strict = held * (data["y"] != 0.5)
+    right = jnp.where(d == 0, 0.5, (d > 0) == (data["y"] == 1.0))
+    accuracy = jnp.sum(strict * right) / jnp.sum(strict)
+    loglik = jnp.sum(held * pair_loglik(d, data["y"], beta)) / jnp.sum(held)
+    return accuracy, loglik
+
+
+# -- the fits: one candidate each, vmapped over the bank ----------------------------------------------
+
+
+def _fit_adam(key, returns_of, defaults, mask, data, config: TuningConfig, kind: str, exact_gradient: bool):
+    import optax
+
+    starts = jax.random.normal(key, (config.restarts, defaults.shape[0])) * 0.5 * config.prior_scale
+    starts = starts.at[0].set(0.0) * mask  # the first start is the defaults
+    loss = lambda theta: -_objective(theta, returns_of, defaults, mask, data, config, kind)  # noqa: E731
+    optimiser = optax.adam(config.learning_rate)
+    value_and_grad = jax.value_and_grad(loss) if exact_gradient else _difference_value_and_grad(loss)
+
+    def one(theta):
+        def step(carry, _):
+            theta, opt = carry
+            value, grad = value_and_grad(theta)
+            updates, opt = optimiser.update(grad * mask, opt)
+            return (optax.apply_updates(theta, updates), opt), value
+
+        (theta, _), values = jax.lax.scan(step, (theta, optimiser.init(theta)), None, length=config.grad_steps)
+        return theta, loss(theta), values
+
+    thetas, finals, curves = jax.vmap(one)(starts)
+    best = jnp.argmin(jnp.where(jnp.isfinite(finals), finals, jnp.inf))
+    return {"theta": thetas[best], "curve": curves[best]}
+
+
+def _fit_mh(key, returns_of, defaults, mask, data, config: TuningConfig):
+    """Random-walk Metropolis in two phases: burn-in with isotropic steps, then steps shaped by the burn-in's
+    covariance (2.38^2 / d of it, Haario et al.'s adaptive Metropolis, frozen), which mixes along the
+    correlated directions (the common scale, fixed by the prior alone) as fast as across them."""
+    from tensorflow_probability.substrates import jax as tfp
+
+    def target(theta):  # theta [chains, W] -> [chains]
+        return jax.vmap(lambda t: _objective(t, returns_of, defaults, mask, data, config, "mh"))(theta)
+
+    def shaped(chol):
+        def new_state(parts, seed):
+            (state,) = parts
+            noise = jax.random.normal(seed, state.shape, state.dtype)
+            return [state + noise @ chol.T]
+
+        return new_state
+
+    k_start, k_burn, k_chain = jax.random.split(key, 3)
+    start = jax.random.normal(k_start, (config.chains, defaults.shape[0])) * 0.5 * config.prior_scale * mask
+    dims = jnp.maximum(jnp.sum(mask), 1.0)
+    isotropic = jnp.diag(config.step_size * mask)
+    burn_in = max(config.burn_in, 2)
+    warm = tfp.mcmc.sample_chain(burn_in, start, kernel=tfp.mcmc.RandomWalkMetropolis(
+        target, new_state_fn=shaped(isotropic)), trace_fn=None, seed=k_burn)  # [burn_in, chains, W]
+    half = warm[burn_in // 2:].reshape(-1, defaults.shape[0])
+    cov = jnp.cov(half, rowvar=False).reshape(defaults.shape[0], defaults.shape[0])
+    cov = (2.38 ** 2 / dims) * cov * jnp.outer(mask, mask) + 1e-6 * jnp.diag(mask)
+    chol = jnp.where(jnp.all(jnp.isfinite(cov)), jnp.linalg.cholesky(cov + (1.0 - mask) * jnp.eye(mask.shape[0])),
+                     isotropic) * mask[:, None]
+    samples, accepted = tfp.mcmc.sample_chain(
+        config.steps, warm[-1], kernel=tfp.mcmc.RandomWalkMetropolis(target, new_state_fn=shaped(chol)),
+        trace_fn=lambda _, results: results.is_accepted, seed=k_chain)  # [steps, chains, W]
+    ess = tfp.mcmc.effective_sample_size(samples, cross_chain_dims=1)
+    rhat = tfp.mcmc.potential_scale_reduction(samples, independent_chain_ndims=1)
+    return {"theta": jnp.mean(samples, axis=(0, 1)), "acceptance": jnp.mean(accepted), "ess": ess, "rhat": rhat,
+            "samples": samples}
+
+
+def _returns_linear(model, w):
+    return model["base"] + model["jacobian"] @ w
+
+
+@functools.partial(jax.jit, static_argnames=("config", "exact", "bank"))
+def _fit_all(keys, defaults, mask, model, data, config: TuningConfig, exact: tuple[int, ...] = (),
+             bank: RewardBank | None = None, clips: Clip | None = None):
+    """Every candidate in one call: those linear in their weights vmapped over `model` ([N, ...]); those in
+    `exact` (static indices into `bank`) each evaluating its own program on `clips` at every step."""
+
+    def one(key, w0, m, returns_of, linear):
+        if config.method == "mh":
+            out = _fit_mh(key, returns_of, w0, m, data, config)
+        else:
+            out = _fit_adam(key, returns_of, w0, m, data, config, config.method, exact_gradient=linear)
+        before = heldout_figures(returns_of(w0), data, config.beta)
+        after = heldout_figures(returns_of(weights_from_theta(out["theta"], w0) * m), data, config.beta)
+        return out | {"before": before, "after": after}
+
+    n = defaults.shape[0]
+    linear = [i for i in range(n) if i not in exact]
+    results = {}
+    if linear:
+        idx = jnp.asarray(linear)
+        batched = jax.vmap(lambda k, w0, m, part: one(k, w0, m, functools.partial(_returns_linear, part), True))(
+            keys[idx], defaults[idx], mask[idx], jax.tree.map(lambda x: x[idx], model))
+        results |= {i: jax.tree.map(lambda x, j=j: x[j], batched) for j, i in enumerate(linear)}
+    for i in exact:
+        own = RewardBank.from_compiled([bank.rewards[i]])
+        width = len(bank.rewards[i].params)
+        returns_of = lambda w, own=own, width=width: clip_returns(own, clips, w[None, :width])[0]  # noqa: E731
+        results[i] = one(keys[i], defaults[i], mask[i], returns_of, False)
+    return jax.tree.map(lambda *xs: jnp.stack(xs), *[results[i] for i in range(n)])
+
+
+# -- host-side: data, the linear check, guard rails ---------------------------------------------------
+
+
+def split_pairs(labels: np.ndarray, holdout: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """(fit mask, held-out mask) over pairs, f32[P] each; skips (NaN) in neither."""
+    labels = np.asarray(labels, np.float32)
+    labelled = np.flatnonzero(~np.isnan(labels))
+    order = np.random.default_rng(seed).permutation(labelled)
+    held_n = int(round(holdout * len(order))) if len(order) >= 2 else 0
+    fit, held = np.zeros(len(labels), np.float32), np.zeros(len(labels), np.float32)
+    held[order[:held_n]] = 1.0
+    fit[order[held_n:]] = 1.0
+    return fit, held
+
+
+def linear_model(bank: RewardBank, clips: Clip, key: jax.Array, rtol: float = 1e-3) -> tuple[dict, np.ndarray]:
+    """({"base": f32[N, K], "jacobian": f32[N, K, P]}, bool[N]): the affine model of every candidate's
+    returns in its weights, and whether it holds (checked at two random weight settings).
+
+    The Jacobian is a difference quotient from forward evaluations only: exact for an affine
+    function up to rounding, and it never differentiates through the exported programs
+    (their VJPs fail JAX's shape refinement at some batch sizes).
+    """
+    defaults = bank.default_params()
+    n, w = defaults.shape
+
+    @jax.jit
+    def returns_at(settings):  # [S, N, W] -> [S, N, K]
+        return jax.vmap(lambda params: clip_returns(bank, clips, params))(settings)
+
+    step = jnp.where(defaults != 0, jnp.abs(defaults), 1.0)  # [N, W]
+    moved = defaults[None] + jnp.eye(w)[:, None, :] * step[None]  # [W, N, W]: weight i moved by its step
+    noise = jax.random.normal(key, (2, n, w))
+    probes = jnp.where(defaults != 0, defaults * jnp.exp(noise), noise)
+    values = returns_at(jnp.concatenate([defaults[None], moved, probes]))
+    at_defaults, at_moved, at_probes = values[0], values[1:w + 1], values[w + 1:]
+    jacobian = jnp.moveaxis((at_moved - at_defaults[None]) / step.T[:, :, None], 0, -1)  # [N, K, W]
+    predicted = at_defaults[None] + jnp.einsum("nkw,snw->snk", jacobian, probes - defaults[None])
+    holds = np.asarray(jnp.all(jnp.abs(at_probes - predicted) <= rtol * (1.0 + jnp.abs(at_probes)), axis=(0, 2)))
+    return {"base": at_defaults - jnp.einsum("nkw,nw->nk", jacobian, defaults), "jacobian": jacobian}, holds
+
+
+def _difference_value_and_grad(fn, eps: float = 1e-2):
+    """value_and_grad of fn by central differences (2W + 1 evaluations, vmapped): for programs whose
+    exported VJP cannot be relied on, as in `linear_model`."""
+
+    def value_and_grad(theta):
+        shifts = jnp.concatenate([jnp.zeros((1,) + theta.shape), eps * jnp.eye(theta.shape[0]),
+                                  -eps * jnp.eye(theta.shape[0])])
+        values = jax.vmap(lambda d: fn(theta + d))(shifts)
+        w = theta.shape[0]
+        return values[0], (values[1:w + 1] - values[w + 1:]) / (2 * eps)
+
+    return value_and_grad
+
+
+def fit_returns(model: dict | None, defaults, mask, first, second, labels, config: TuningConfig, *,
+                exact=(), bank: RewardBank | None = None, clips: Clip | None = None, ids=None) -> dict:
+    """The jitted fit of every candidate, on returns of K clips and pairs of them (numpy results).
+
+    Args:
+        model: {"base": f32[N, K], "jacobian": f32[N, K, W]}: returns = base + jacobian @ w for the
+            candidates not in `exact`.
+        exact: indices of candidates whose returns are not affine in their weights: each step evaluates
+            `bank.rewards[i]` on `clips` (leading axis K).
+        defaults, mask: f32[N, W]: the weights' defaults, 1 where a candidate declares the weight.
+        first, second: i32[P] clip indices of each pair; labels: f32[P] (+1, -1, 0, NaN skip).
+        ids: i32[N] names the candidates' random streams (default 0..N-1), so a candidate draws the
+            same numbers whichever bank it is tuned in.
+
+    Returns:
+        {"theta": [N, W], "before"/"after": (held-out accuracy [N], log-likelihood [N]), "fit"/"held":
+        the pair masks, and per method "curve" [N, steps] (Adam: the loss) or "samples" [N, S, C, W],
+        "acceptance" [N], "ess" and "rhat" [N, W] (mh)}.
+    """
+    labels = np.asarray(labels, np.float32)
+    exact = tuple(int(i) for i in exact)
+    fit, held = split_pairs(labels, config.holdout, config.seed)
+    data = {"first": jnp.asarray(first), "second": jnp.asarray(second),
+            "y": jnp.asarray(np.where(np.isnan(labels), 0.5, (labels + 1.0) / 2.0), jnp.float32),
+            "fit": jnp.asarray(fit), "held": jnp.asarray(held)}
+    defaults = jnp.asarray(defaults, jnp.float32)
+    ids = np.arange(defaults.shape[0]) if ids is None else np.asarray(ids)
+    base = jax.random.fold_in(jax.random.key(config.seed), 2)
+    keys = jax.vmap(lambda i: jax.random.fold_in(base, i))(jnp.asarray(ids, jnp.uint32))
+    out = _fit_all(keys, defaults, jnp.asarray(mask, jnp.float32), model, data, config,
+                   exact=exact, bank=bank if exact else None, clips=clips if exact else None)
+    return jax.device_get(out) | {"fit": fit, "held": held}
+
+
+def tune(bank: RewardBank, first: Clip, second: Clip, labels, config: TuningConfig = TuningConfig()) -> TuningResult:
+    """Tunes every candidate's PARAMS against labelled pairs (first[p] vs second[p]).
+
+    Args:
+        first, second: Clips with leading axis P (numpy or jax).
+        labels: f32[P]: +1 first preferred, -1 second, 0 tie, NaN skip.
+    """
+    labels = np.asarray(labels, np.float32)
+    if labels.ndim != 1 or first.valid.shape[0] != labels.shape[0] or second.valid.shape[0] != labels.shape[0]:
+        raise ValueError(f"labels must be [P] with P clips on each side; got labels {labels.shape}, "
+                         f"first {first.valid.shape}, second {second.valid.shape}")
+    n_pairs = labels.shape[0]
+    defaults = np.asarray(bank.default_params())
+    names = bank.param_names
+    mask = np.zeros_like(defaults)
+    for n, own in enumerate(names):
+        mask[n, :len(own)] = 1.0
+    fit, held = split_pairs(labels, config.holdout, config.seed)
+    clips = jax.tree.map(lambda a, b: jnp.concatenate([jnp.asarray(a), jnp.asarray(b)]), first, second)
+    t0 = time.perf_counter()
+    result = None
+    holds = np.zeros(bank.num_rewards, bool)
+    if bank.num_params > 0 and fit.sum() >= config.min_preferences:
+        affine, holds = linear_model(bank, clips, jax.random.fold_in(jax.random.key(config.seed), 1))
+        ids = [zlib.crc32(r.name.encode()) & 0x7FFFFFFF for r in bank.rewards]
+        result = fit_returns(affine, defaults, mask, np.arange(n_pairs), n_pairs + np.arange(n_pairs), labels,
+                             config, exact=np.flatnonzero(~holds), bank=bank, clips=clips, ids=ids)
+    seconds = time.perf_counter() - t0
+
+    out, matrix = [], defaults.copy()
+    for n, reward in enumerate(bank.rewards):
+        own = names[n]
+        default_params = {k: float(v) for k, v in reward.params.items()}
+        common = {"name": reward.name, "defaults": default_params, "train_pairs": int(fit.sum()),
+                  "heldout_pairs": int(held.sum())}
+        if result is None or not own:
+            reason = (f"{reward.name} declares no PARAMS" if not own else
+                      f"{int(fit.sum())} labelled pairs to fit on, fewer than the minimum {config.min_preferences}")
+            out.append(CandidateTuning(params=default_params, tuned=False, reason=reason,
+                                       heldout_accuracy_before=None, heldout_accuracy_after=None,
+                                       heldout_loglik_before=None, heldout_loglik_after=None, **common))
+            continue
+        theta = np.asarray(result["theta"][n][:len(own)], np.float64)
+        weights = np.asarray(weights_from_theta(theta, defaults[n, :len(own)]), np.float64)
+        acc_b, ll_b = (_finite_or_none(x[n]) for x in result["before"])
+        acc_a, ll_a = (_finite_or_none(x[n]) for x in result["after"])
+        mh = {"returns": "linear" if holds[n] else "exact"}
+        if config.method == "mh":
+            mh |= {"acceptance": float(result["acceptance"][n]),
+                  "ess": {k: float(v) for k, v in zip(own, result["ess"][n], strict=False)},
+                  "rhat": {k: float(v) for k, v in zip(own, result["rhat"][n], strict=False)}}
+        if not np.all(np.isfinite(theta)) or not np.all(np.isfinite(weights)):
+            tuned, reason = False, "diverged: a weight is not finite"
+        elif np.max(np.abs(theta[defaults[n, :len(own)] != 0]), initial=0.0) > math.log(config.max_change):
+            worst = own[int(np.argmax(np.abs(theta)))]
+            tuned, reason = False, f"diverged: {worst} moved by more than {config.max_change:g}x"
+        elif ll_a is not None and ll_b is not None and ll_a < ll_b:
+            tuned, reason = False, f"held-out log-likelihood fell ({ll_b:.3f} -> {ll_a:.3f} per pair)"
+        else:
+            tuned, reason = True, (f"tuned on {int(fit.sum())} pairs" +
+                                   (f"; held-out accuracy {acc_b:.2f} -> {acc_a:.2f}" if acc_a is not None else ""))
+        params = {k: float(v) for k, v in zip(own, weights, strict=True)} if tuned else default_params
+        if tuned:
+            matrix[n, :len(own)] = weights
+        out.append(CandidateTuning(params=params, tuned=tuned, reason=reason, heldout_accuracy_before=acc_b,
+                                   heldout_accuracy_after=acc_a, heldout_loglik_before=ll_b,
+                                   heldout_loglik_after=ll_a, **mh, **common))
+    return TuningResult(candidates=tuple(out), params=matrix.astype(np.float32), method=config.method,
+                        fit_seconds=seconds)
+
+
+def _finite_or_none(x) -> float | None:
+    x = float(x)
+    return x if math.isfinite(x) else None

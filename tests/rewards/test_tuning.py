@@ -1,0 +1,222 @@
+"""Weight tuning from preferences: known answers, the exact posterior, invariances, one call for N."""
+
+import numpy as np
+import pytest
+
+from jaxrace.rewards.tuning import TuningConfig, fit_returns, pair_loglik, split_pairs
+
+TRUE = np.array([1.0, 4.0, -2.0])
+
+
+def synthetic_problem(pairs=3000, beta=2.0, seed=0, wrong=(1.0, 0.4, -2.0)):
+    """Clips with 3 features, labels drawn from a Boltzmann judge of the TRUE weights; defaults `wrong`."""
+    rng = np.random.default_rng(seed)
+    features = rng.normal(size=(2 * pairs, 3)).astype(np.float32)
+    returns = features @ TRUE
+    d = (returns[:pairs] - returns[pairs:]) / returns.std()
+    labels = np.where(rng.uniform(size=pairs) < 1 / (1 + np.exp(-beta * d)), 1.0, -1.0).astype(np.float32)
+    model = {"base": np.zeros((1, 2 * pairs), np.float32), "jacobian": features[None]}
+    defaults = np.asarray([wrong], np.float32)
+    return model, defaults, np.ones_like(defaults), np.arange(pairs), pairs + np.arange(pairs), labels
+
+
+@pytest.mark.parametrize("method", ["grad", "mh", "soft-tac"])
+def test_every_method_recovers_the_generating_weight_ratios(method):
+    model, defaults, mask, first, second, labels = synthetic_problem()
+    config = TuningConfig(method=method, beta=2.0)
+    out = fit_returns(model, defaults, mask, first, second, labels, config)
+    w = defaults[0] * np.exp(out["theta"][0])
+    ratios = w[1:] / w[0]
+    np.testing.assert_allclose(ratios, TRUE[1:] / TRUE[0], rtol=0.15)
+    acc_before, acc_after = out["before"][0][0], out["after"][0][0]
+    assert acc_after > acc_before + 0.03 and acc_after > 0.75
+    if method == "mh":
+        assert 0.1 < out["acceptance"][0] < 0.9 and np.all(out["ess"][0] > 20) and np.all(out["rhat"][0] < 1.2)
+
+
+def exact_log_posterior(theta, fixed, feature, first, second, y, beta, prior):
+    """The reference: numpy, one weight (w = exp(theta)) on `feature` beside an unweighted `fixed` term."""
+    returns = fixed + np.exp(theta) * feature
+    d = (returns[first] - returns[second]) / returns.std()
+    logsig = lambda x: -np.logaddexp(0.0, -x)  # noqa: E731
+    return np.sum(y * logsig(beta * d) + (1 - y) * logsig(-beta * d)) - 0.5 * (theta / prior) ** 2
+
+
+def test_metropolis_hastings_samples_the_exact_posterior_of_one_weight():
+    rng = np.random.default_rng(3)
+    pairs = 25  # few preferences: a broad posterior
+    fixed, feature = rng.normal(size=2 * pairs), rng.normal(size=2 * pairs)
+    returns = fixed + 2.0 * feature
+    labels = np.where(returns[:pairs] > returns[pairs:], 1.0, -1.0).astype(np.float32)
+    labels[:3] = 0.0  # ties count half a win each
+    first, second = np.arange(pairs), pairs + np.arange(pairs)
+    model = {"base": fixed[None].astype(np.float32), "jacobian": feature[None, :, None].astype(np.float32)}
+    config = TuningConfig(method="mh", beta=0.9, prior_scale=1.0, holdout=0.0, chains=16, steps=3000, burn_in=500,
+                          step_size=0.8)
+    out = fit_returns(model, np.ones((1, 1), np.float32), np.ones((1, 1), np.float32), first, second, labels,
+                      config)
+    samples = out["samples"][0].reshape(-1)
+    grid = np.linspace(-4, 4, 801)
+    y = (labels + 1) / 2
+    logp = np.array([exact_log_posterior(t, fixed, feature, first, second, y, 0.9, 1.0) for t in grid])
+    density = np.exp(logp - logp.max())
+    density /= density.sum() * (grid[1] - grid[0])
+    edges = np.linspace(-4, 4, 33)
+    hist, _ = np.histogram(samples, bins=edges, density=True)
+    centres = (edges[:-1] + edges[1:]) / 2
+    expected = np.interp(centres, grid, density)
+    total_variation = 0.5 * np.sum(np.abs(hist - expected)) * (edges[1] - edges[0])
+    assert total_variation < 0.08, total_variation
+    mean = np.sum(grid * density) * (grid[1] - grid[0])
+    np.testing.assert_allclose(samples.mean(), mean, atol=0.08)
+
+
+def test_a_constant_or_a_positive_factor_on_every_return_changes_nothing_and_skips_are_ignored():
+    model, defaults, mask, first, second, labels = synthetic_problem(pairs=400)
+    config = TuningConfig(method="grad", beta=2.0, holdout=0.0, grad_steps=100)
+    base = fit_returns(model, defaults, mask, first, second, labels, config)
+    shifted = fit_returns({"base": model["base"] + 7.5, "jacobian": model["jacobian"]}, defaults, mask, first,
+                          second, labels, config)
+    np.testing.assert_allclose(shifted["theta"], base["theta"], atol=1e-4)
+    scaled = fit_returns({"base": model["base"] * 3.0, "jacobian": model["jacobian"] * 3.0}, defaults, mask,
+                         first, second, labels, config)
+    np.testing.assert_allclose(scaled["theta"], base["theta"], atol=1e-4)
+    # skipped pairs (NaN) are the same as no pairs at all
+    skipped = np.concatenate([labels, np.full(50, np.nan, np.float32)])
+    more_first, more_second = np.concatenate([first, first[:50]]), np.concatenate([second, second[-50:]])
+    with_skips = fit_returns(model, defaults, mask, more_first, more_second, skipped, config)
+    np.testing.assert_allclose(with_skips["theta"], base["theta"], atol=1e-5)
+    fit, held = split_pairs(skipped, 0.3, 0)
+    assert fit[400:].sum() == held[400:].sum() == 0 and fit.sum() + held.sum() == 400
+    # a tie is half a win each way
+    d = np.linspace(-3, 3, 7)
+    np.testing.assert_allclose(pair_loglik(d, 0.5, 0.9), 0.5 * (pair_loglik(d, 1.0, 0.9) + pair_loglik(d, 0.0, 0.9)),
+                               rtol=1e-6)
+
+
+@pytest.mark.parametrize("method", ["grad", "mh"])
+def test_one_call_for_three_candidates_equals_three_calls(method):
+    problems = [synthetic_problem(pairs=300, seed=s, wrong=w) for s, w in
+                ((1, (1.0, 0.4, -2.0)), (2, (2.0, 1.0, -1.0)), (3, (0.5, 8.0, -4.0)))]
+    first, second = problems[0][3], problems[0][4]
+    labels = problems[0][5]
+    model = {k: np.concatenate([p[0][k] for p in problems]) for k in ("base", "jacobian")}
+    defaults = np.concatenate([p[1] for p in problems])
+    mask = np.ones_like(defaults)
+    mask[2, 2] = 0.0  # the third candidate declares two weights only
+    config = TuningConfig(method=method, steps=100, burn_in=50, grad_steps=60, restarts=2)
+    together = fit_returns(model, defaults, mask, first, second, labels, config, ids=[11, 22, 33])
+    for n, i in enumerate((11, 22, 33)):
+        alone = fit_returns({k: v[n:n + 1] for k, v in model.items()}, defaults[n:n + 1], mask[n:n + 1], first,
+                            second, labels, config, ids=[i])
+        # equal up to float rounding of the batched arithmetic (another random stream would differ by ~0.1)
+        np.testing.assert_allclose(together["theta"][n], alone["theta"][0], atol=1e-4)
+        np.testing.assert_allclose(together["after"][1][n], alone["after"][1][0], rtol=1e-4)
+    assert together["theta"][2, 2] == 0.0  # an undeclared weight never moves
+
+
+LINEAR = '''
+PARAMS = {"w_speed": 1.0, "w_off": 1.0}
+
+def reward(prev, action, curr, params):
+    off = curr.off_course.astype(jnp.float32)
+    return params["w_speed"] * curr.speed - params["w_off"] * off, {"speed": curr.speed, "off": off}
+'''
+
+NONLINEAR = '''
+PARAMS = {"target": 25.0, "w_off": 1.0}
+
+def reward(prev, action, curr, params):
+    off = curr.off_course.astype(jnp.float32)
+    near = jnp.exp(-jnp.abs(curr.speed - params["target"]) / 10.0)
+    return near - params["w_off"] * off, {"near": near}
+'''
+
+
+@pytest.fixture(scope="module")
+def programs():
+    from jaxrace.rewards import compile_rewards
+
+    linear, nonlinear = compile_rewards([LINEAR, NONLINEAR], names=["linear", "nonlinear"])
+    return linear, nonlinear
+
+
+def racing_clips(pairs=150, steps=8, seed=0):
+    """2 x pairs clips: each a constant speed in [20, 40] m/s and course-outs at its own rate; labels from
+    the truth speed - 20 off_course (a Boltzmann judge, beta 2), which the linear program weighs 20x too little."""
+    import jax
+
+    from jaxrace.rewards import synthetic
+    from jaxrace.rewards.clips import Clip
+
+    rng = np.random.default_rng(seed)
+    k = 2 * pairs
+    speed = rng.uniform(20, 40, size=k).astype(np.float32)
+    off = rng.uniform(size=(k, steps + 1)) < rng.uniform(size=(k, 1))
+    view = jax.tree.map(lambda x: np.broadcast_to(np.asarray(x), (k, steps + 1)).copy(), synthetic.view())
+    view = view.replace(speed=np.repeat(speed[:, None], steps + 1, 1), off_course=off)
+    action = jax.tree.map(lambda x: np.broadcast_to(np.asarray(x), (k, steps)).copy(), synthetic.action())
+    clips = Clip(views=view, actions=action, valid=np.ones((k, steps), bool))
+    truth = speed - 20.0 * off[:, 1:].mean(axis=1)
+    d = (truth[:pairs] - truth[pairs:]) / truth.std()
+    labels = np.where(rng.uniform(size=pairs) < 1 / (1 + np.exp(-2.0 * d)), 1.0, -1.0).astype(np.float32)
+    first = jax.tree.map(lambda x: x[:pairs], clips)
+    second = jax.tree.map(lambda x: x[pairs:], clips)
+    return first, second, labels
+
+
+def test_tune_finds_the_weight_an_llm_got_wrong_and_guards_the_rest(programs):
+    from jaxrace.rewards import RewardBank
+    from jaxrace.rewards.tuning import tune
+
+    linear, nonlinear = programs
+    first, second, labels = racing_clips()
+    result = tune(RewardBank.from_compiled([linear]), first, second, labels, TuningConfig(method="grad", beta=2.0))
+    one = result["linear"]
+    assert one.returns == "linear" and one.tuned, one.reason
+    assert one.params["w_off"] / one.params["w_speed"] == pytest.approx(20.0, rel=0.3)
+    assert one.heldout_accuracy_after > one.heldout_accuracy_before + 0.05 and one.heldout_pairs == 45
+    assert one.heldout_loglik_after > one.heldout_loglik_before
+    np.testing.assert_allclose(result.params[0], [one.params["w_speed"], one.params["w_off"]], rtol=1e-6)
+
+    # a program not linear in its weights: every step evaluates it on the clips; in one call with the other
+    both = tune(RewardBank.from_compiled([linear, nonlinear]), first, second, labels,
+                TuningConfig(method="grad", beta=2.0, grad_steps=150, restarts=2))
+    assert (both["linear"].returns, both["nonlinear"].returns) == ("linear", "exact") and both.params.shape == (2, 2)
+    assert both["linear"].params["w_off"] / both["linear"].params["w_speed"] == pytest.approx(20.0, rel=0.3)
+    assert both["nonlinear"].tuned or "held-out" in both["nonlinear"].reason
+    assert set(both["nonlinear"].params) == {"target", "w_off"}
+
+    few = labels.copy()
+    few[8:] = np.nan  # skips: 8 labelled pairs, 6 to fit on
+    kept = tune(RewardBank.from_compiled([linear]), first, second, few, TuningConfig())["linear"]
+    assert not kept.tuned and kept.params == {"w_speed": 1.0, "w_off": 1.0}
+    assert kept.reason == "6 labelled pairs to fit on, fewer than the minimum 10"
+    with pytest.raises(ValueError, match="method must be one of mh, grad, soft-tac"):
+        TuningConfig(method="adam")
+
+
+def test_the_command_tunes_programs_against_a_store(programs, tmp_path, capsys):
+    import jax
+
+    from jaxrace.cli import main
+    from jaxrace.rewards.clips import Clip
+    from jaxrace.rewards.preferences import PreferenceStore, save_clip_arrays
+
+    first, second, labels = racing_clips(pairs=60, seed=4)
+    both = jax.tree.map(lambda a, b: np.concatenate([a, b]), first, second)
+    arrays = save_clip_arrays(tmp_path / "clips.npz", Clip(*both))
+    with PreferenceStore(tmp_path / "preferences.sqlite") as store:
+        ids = [store.add_clip(f"c{i}", iteration=1, candidate="a", seed=0, race=0, start=0, length=8, metrics={},
+                              arrays=arrays, arrays_row=i) for i in range(120)]
+        for p, label in enumerate(labels):
+            store.add_preference(f"p{p}", iteration=1, first=ids[p], second=ids[60 + p],
+                                 label="first" if label > 0 else "second", judge_kind="scripted", judge_id="s")
+    (tmp_path / "linear.py").write_text(LINEAR)
+    assert main(["reward", "tune", str(tmp_path / "preferences.sqlite"), str(tmp_path / "linear.py")]) == 0
+    out = capsys.readouterr().out
+    assert "60 labelled pairs; method grad" in out
+    assert "linear: tuned (tuned on 42 pairs; held-out accuracy" in out and "returns linear" in out
+    assert "PARAMS = {'w_speed': " in out
+    assert main(["reward", "tune", str(tmp_path / "missing.sqlite"), str(tmp_path / "linear.py")]) == 2
+    assert "no such store" in capsys.readouterr().err
