@@ -83,6 +83,9 @@ class DesignConfig:
     # which pairs are judged per iteration: all, or judge_budget of them chosen actively (0: all)
     judge_selection: str = "all"
     judge_budget: int = 0
+    # tuning the best program's weights from the stored preferences after each iteration ("": off;
+    # grad, mh or soft-tac): the tuned program is carried into the next iteration beside the best
+    tune_weights: str = ""
     # TAC
     tac_min_preferences: int = 20
     bootstrap_races: int = 8
@@ -104,6 +107,8 @@ class DesignConfig:
                                      ("actor_input", self.actor_input, ACTOR_INPUTS)):
             if value not in choices:
                 problems.append(f"{name} must be one of {', '.join(choices)} (got {value!r})")
+        if self.tune_weights not in ("", "grad", "mh", "soft-tac"):
+            problems.append(f"tune_weights must be empty (off), grad, mh or soft-tac (got {self.tune_weights!r})")
         if self.judge_selection not in ("all", "active"):
             problems.append(f"judge_selection must be all or active (got {self.judge_selection!r})")
         for name in ("epochs", "final_epochs"):
@@ -148,13 +153,13 @@ PRESETS = {
                              updates_per_epoch=16, batch_size=256, replay_size=200_000, epochs=600,
                              chunk_epochs=100, final_epochs=3000, race_laps=2, eval_races=3, final_races=20,
                              clip_seconds=15.0, clips_per_race=3, judge_beta=2.0, judge_mistake=0.1,
-                             tac_min_preferences=40, bootstrap_races=16),
+                             tac_min_preferences=40, bootstrap_races=16, tune_weights="grad"),
     # The papers' settings, meant for a GPU: pixel actor with a GRU, asymmetric critic.
     "paper": DesignConfig(preset="paper", track="gp", opponents=7, iterations=4, m=10, n=5, seeds=2,
                           actor_input="pixels", recurrent=True, hidden=256, num_envs=64, updates_per_epoch=32,
                           batch_size=256, replay_size=1_000_000, warmup_epochs=20, epochs=1000, chunk_epochs=100,
                           final_epochs=1500, race_laps=2, eval_races=4, final_races=20, clip_seconds=15.0,
-                          clips_per_race=4, tac_min_preferences=100, bootstrap_races=32),
+                          clips_per_race=4, tac_min_preferences=100, bootstrap_races=32, tune_weights="grad"),
 }
 
 

@@ -11,6 +11,8 @@ Stages, each writing its files to the run directory before it is marked finished
     iter{k}/race              evaluation races, component statistics, clips, videos
     iter{k}/judge             pairs of clips across candidates, judged and stored
     iter{k}/rank              Bradley-Terry, the best candidate, feedback for the next iteration
+    iter{k}/tune              (tune_weights) the best program's weights fitted to every stored
+                              preference; the tuned program joins the next iteration
     final/train, final/race   the winner and the library rewards on a longer, equal budget
     report                    report.html
 
@@ -43,6 +45,7 @@ from jaxrace.design.rundir import RunDir
 warnings.filterwarnings("ignore", message=r"os\.fork\(\) was called", category=RuntimeWarning)
 
 LIBRARY_BASELINES = ("progress", "gt_sophy")
+MAX_RETRIES = 1  # iterations in which every candidate failed that are run again (not counted)
 STEER_LOCK_SPEED = 20.0  # m/s: speed-sensitive steering, GT7's controller assist (as the reference agent)
 STORE = "preferences.sqlite"
 
@@ -121,6 +124,7 @@ class Loop:
         self._vlm = None
         self._human = None
         self._record = None
+        self.last_iteration = config.iterations  # one more for each retried iteration (run_all)
 
     # -- plumbing --------------------------------------------------------------------------------------
 
@@ -184,13 +188,23 @@ class Loop:
         self.run.log(f"run: task {c.task!r}, preset {c.preset}, {c.iterations} iterations of M={c.m}, N={c.n}")
         if c.bootstrap_races:
             self.stage("bootstrap", self.bootstrap)
-        for k in range(1, c.iterations + 1):
+        k, retries = 1, 0
+        while k <= c.iterations + retries:
             self.stage(f"iter{k}/generate", self.generate, k)
             self.stage(f"iter{k}/select", self.select, k)
             self.stage(f"iter{k}/train", self.train, k)
             self.stage(f"iter{k}/race", self.race, k)
             self.stage(f"iter{k}/judge", self.judge_pairs, k)
             self.stage(f"iter{k}/rank", self.rank, k)
+            if not self.run.read_json(f"iter{k}/rank.json")["parents"] and retries < MAX_RETRIES:
+                # nothing trained: not counted, the next iteration retries with the failures in its prompt
+                retries += 1
+                self.run.log(f"iter{k}: every candidate failed in training; iteration {k + 1} retries it")
+                self.display.line(f"iter{k}: every candidate failed in training; iteration {k + 1} retries it")
+            if c.tune_weights and k < c.iterations + retries:
+                self.stage(f"iter{k}/tune", self.tune, k)
+            k += 1
+        self.last_iteration = k - 1
         self.stage("final/train", self.train, "final")
         self.stage("final/race", self.race, "final")
         from jaxrace.design.report import write_report
@@ -269,6 +283,18 @@ class Loop:
             candidates.append({"name": name, "origin": f"carried from iteration {k - 1}",
                                "components": list(compiled.component_names), "params": dict(compiled.params)})
             exclude.append(source)
+        tuned = self.run.read_json(f"iter{k - 1}/tune.json") if k > 1 and self.run.exists(
+            f"iter{k - 1}/tune.json") else {}
+        if tuned.get("program"):
+            name = tuned["program"]
+            source = self.run.file(f"iter{k - 1}/tuned/{name}.py").read_text(encoding="utf-8")
+            compiled = load_reward(self.run.file(f"iter{k - 1}/tuned/{name}.jaxreward"))
+            self.run.write_text(f"{folder}/{name}.py", source)
+            compiled.save(self.run.file(f"{folder}/{name}.jaxreward"))
+            candidates.append({"name": name, "origin": f"carried from iteration {k - 1}: {tuned['candidate']} with "
+                                                       f"weights tuned ({tuned['method']}, {tuned['reason']})",
+                               "components": list(compiled.component_names), "params": dict(compiled.params)})
+            exclude.append(source)
         chat = self.chat
         chat.stage = f"iter{k}/generate"
         with self.display.task(f"iter{k}/generate: {c.llm} LLM writes, the sandbox compiles", total=c.m) as advance:
@@ -294,6 +320,40 @@ class Loop:
             raise LLMError(f"iteration {k}: the LLM gave no program that compiles ({result.stopped}); every "
                                f"attempt is in {self.run.file(f'iter{k}/attempts.json')}")
         self.run.write_json(f"iter{k}/candidates.json", candidates)
+
+    def tune(self, k: int) -> None:
+        """The best program's weights fitted to every stored preference (`jaxrace.rewards.tuning`); when
+        tuning helps on held-out pairs, the program with the tuned PARAMS is compiled for the next iteration."""
+        from jaxrace.rewards import RewardBank, compile_reward, load_reward
+        from jaxrace.rewards.tuning import TuningConfig, tune, with_params
+
+        c = self.config
+        best = self._best(k)
+        if best is None:
+            self.run.write_json(f"iter{k}/tune.json", {"program": None, "reason": "no candidate trained"})
+            return
+        name, folder = best
+        try:
+            first, second, labels = self.store.labelled_pairs()
+        except ValueError as err:
+            self.run.write_json(f"iter{k}/tune.json", {"program": None, "candidate": name, "reason": str(err)})
+            return
+        compiled = load_reward(self.run.file(f"{folder}/{name}.jaxreward"))
+        with self.display.task(f"iter{k}/tune: {name}'s weights, {c.tune_weights}, {len(labels)} preferences",
+                               total=None):
+            result = tune(RewardBank.from_compiled([compiled]), first, second, labels,
+                          TuningConfig(method=c.tune_weights, seed=c.seed))
+        (one,) = result.candidates
+        record = dataclasses.asdict(one) | {"candidate": name, "method": c.tune_weights, "program": None,
+                                            "fit_seconds": result.fit_seconds}
+        if one.tuned:
+            tuned_name = f"{re.sub(r'-t[0-9]+$', '', name)}-t{k}"
+            source = with_params(self.run.file(f"{folder}/{name}.py").read_text(encoding="utf-8"), one.params)
+            self.run.write_text(f"iter{k}/tuned/{tuned_name}.py", source)
+            compile_reward(source, name=tuned_name).save(self.run.file(f"iter{k}/tuned/{tuned_name}.jaxreward"))
+            record["program"] = tuned_name
+        self.run.log(f"iter{k}/tune: {name}: {one.reason}")
+        self.run.write_json(f"iter{k}/tune.json", record)
 
     def select(self, k: int) -> None:
         """TAC over the store keeps N (the carried best always stays); all N while the store is small."""
@@ -327,7 +387,7 @@ class Loop:
     def _runs(self, k) -> tuple[list[str], str]:
         """(candidate names trained in stage k, the folder of their artifacts)."""
         if k == "final":
-            best = self._best(self.config.iterations)
+            best = self._best(self.last_iteration)
             return ([] if best is None else [best[0]]) + list(LIBRARY_BASELINES), "final/candidates"
         return self.run.read_json(f"iter{k}/select.json")["selected"], f"iter{k}/candidates"
 
@@ -358,7 +418,7 @@ class Loop:
         from jaxrace.rewards import library_reward, load_reward
 
         folder = "final/candidates"
-        best = self._best(self.config.iterations)
+        best = self._best(self.last_iteration)
         if best is not None:
             winner, where = best
             self.run.write_text(f"{folder}/{winner}.py",

@@ -200,6 +200,8 @@ def _iteration(run: RunDir, k: int, previous_best: tuple[str, str] | None) -> tu
                 "no position bias)")
         out.append(f'<p class="note">VLM judge (so far in the run): {st["pairs"]} pairs, {st["skipped"]} skipped, '
                    f'{st["disagreements"]} where the two orders disagreed (ties); {bias}.</p>')
+    if run.exists(f"{d}/tune.json"):
+        out.append(_tuned(run.read_json(f"{d}/tune.json")))
     if failed:
         out.append("<h3>Refused samples and repairs</h3>" + _table(
             ["sample", "repair", "stage", "line", "error"],
@@ -219,6 +221,22 @@ def _iteration(run: RunDir, k: int, previous_best: tuple[str, str] | None) -> tu
         folder = rank.get("best_folder", f"{d}/candidates")
         previous_best = (best, run.file(f"{folder}/{best}.py").read_text(encoding="utf-8"))
     return "".join(out), previous_best
+
+
+def _tuned(t: dict) -> str:
+    """The weight-tuning stage: what it did and each weight before and after."""
+    if not t.get("defaults"):
+        return f'<h3>Weight tuning</h3><p class="note">Skipped: {_e(t.get("reason", ""))}.</p>'
+    held = ("" if t["heldout_accuracy_before"] is None else
+            f" Held-out ({t['heldout_pairs']} pairs): accuracy {t['heldout_accuracy_before']:.3f} &rarr; "
+            f"{t['heldout_accuracy_after']:.3f}, log-likelihood per pair {t['heldout_loglik_before']:.3f} &rarr; "
+            f"{t['heldout_loglik_after']:.3f}.")
+    outcome = (f"carried into the next iteration as <b>{_e(t['program'])}</b>" if t["program"] else
+               "the defaults are kept")
+    rows = [[_e(k), f"{v:.4g}", f"{t['params'][k]:.4g}", f"{t['params'][k] / v:.2f}x" if v else "-"]
+            for k, v in t["defaults"].items()]
+    return (f"<h3>Weight tuning ({_e(t['method'])})</h3><p>{_e(t['candidate'])}: {_e(t['reason'])}; "
+            f"{outcome}.{held}</p>" + _table(["weight", "program", "tuned", "change"], rows))
 
 
 def _curves(curves: dict) -> str:
@@ -278,7 +296,9 @@ def build_report(run: RunDir) -> str:
              f"<p>Preset <b>{_e(config.preset)}</b>, LLM <b>{_e(config.llm)}</b>, judge <b>{_e(config.judge)}</b>, "
              f"track <b>{_e(config.track)}</b>, {config.iterations} iterations of M={config.m}, N={config.n}, "
              f"{config.seeds} seed(s). Run directory <code>{_e(run.path.resolve())}</code>.</p>"]
-    nav = " | ".join(f'<a href="#iter{k}">iteration {k}</a>' for k in range(1, config.iterations + 1))
+    iterations = [k for k in range(1, config.iterations + 2) if run.exists(f"iter{k}/candidates.json")] or list(
+        range(1, config.iterations + 1))  # + 1: an iteration retried after every candidate failed
+    nav = " | ".join(f'<a href="#iter{k}">iteration {k}</a>' for k in iterations)
     parts.append(f"<p>{nav} | <a href='#final'>final agent</a> | <a href='#time'>time and tokens</a></p>")
     if run.exists("bootstrap/races.json"):
         b = run.read_json("bootstrap/races.json")
@@ -286,7 +306,7 @@ def build_report(run: RunDir) -> str:
                      f"car with varied skill and aggression gave {b['pairs']} judged clip pairs before the first "
                      "iteration, so TAC can filter from iteration 1.</p>")
     previous = None
-    for k in range(1, config.iterations + 1):
+    for k in iterations:
         section, previous = _iteration(run, k, previous)
         parts.append(section)
     parts.append(_final(run))

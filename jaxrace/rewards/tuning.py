@@ -27,8 +27,7 @@ Methods, all candidates (and chains or restarts) in one jitted call:
 Returns are exactly linear in the weights for most programs (weighted sums of terms);
 then they are computed once with their Jacobian and every step after costs a matrix
 product. Otherwise (checked numerically at random weights) every step evaluates the
-programs on every clip, and Adam's gradient is a central difference. Neither path
-differentiates through the exported programs.
+programs on every clip (its gradient through the program's exported VJP).
 
 Host-side orchestration (splits, guard rails, reporting) is plain Python around the
 jitted fits.
@@ -180,14 +179,14 @@ def heldout_figures(returns: jax.Array, data: dict, beta: float) -> tuple[jax.Ar
 # -- the fits: one candidate each, vmapped over the bank ----------------------------------------------
 
 
-def _fit_adam(key, returns_of, defaults, mask, data, config: TuningConfig, kind: str, exact_gradient: bool):
+def _fit_adam(key, returns_of, defaults, mask, data, config: TuningConfig, kind: str):
     import optax
 
     starts = jax.random.normal(key, (config.restarts, defaults.shape[0])) * 0.5 * config.prior_scale
     starts = starts.at[0].set(0.0) * mask  # the first start is the defaults
     loss = lambda theta: -_objective(theta, returns_of, defaults, mask, data, config, kind)  # noqa: E731
     optimiser = optax.adam(config.learning_rate)
-    value_and_grad = jax.value_and_grad(loss) if exact_gradient else _difference_value_and_grad(loss)
+    value_and_grad = jax.value_and_grad(loss)
 
     def one(theta):
         def step(carry, _):
@@ -252,11 +251,11 @@ def _fit_all(keys, defaults, mask, model, data, config: TuningConfig, exact: tup
     """Every candidate in one call: those linear in their weights vmapped over `model` ([N, ...]); those in
     `exact` (static indices into `bank`) each evaluating its own program on `clips` at every step."""
 
-    def one(key, w0, m, returns_of, linear):
+    def one(key, w0, m, returns_of):
         if config.method == "mh":
             out = _fit_mh(key, returns_of, w0, m, data, config)
         else:
-            out = _fit_adam(key, returns_of, w0, m, data, config, config.method, exact_gradient=linear)
+            out = _fit_adam(key, returns_of, w0, m, data, config, config.method)
         before = heldout_figures(returns_of(w0), data, config.beta)
         after = heldout_figures(returns_of(weights_from_theta(out["theta"], w0) * m), data, config.beta)
         return out | {"before": before, "after": after}
@@ -266,14 +265,14 @@ def _fit_all(keys, defaults, mask, model, data, config: TuningConfig, exact: tup
     results = {}
     if linear:
         idx = jnp.asarray(linear)
-        batched = jax.vmap(lambda k, w0, m, part: one(k, w0, m, functools.partial(_returns_linear, part), True))(
+        batched = jax.vmap(lambda k, w0, m, part: one(k, w0, m, functools.partial(_returns_linear, part)))(
             keys[idx], defaults[idx], mask[idx], jax.tree.map(lambda x: x[idx], model))
         results |= {i: jax.tree.map(lambda x, j=j: x[j], batched) for j, i in enumerate(linear)}
     for i in exact:
         own = RewardBank.from_compiled([bank.rewards[i]])
         width = len(bank.rewards[i].params)
         returns_of = lambda w, own=own, width=width: clip_returns(own, clips, w[None, :width])[0]  # noqa: E731
-        results[i] = one(keys[i], defaults[i], mask[i], returns_of, False)
+        results[i] = one(keys[i], defaults[i], mask[i], returns_of)
     return jax.tree.map(lambda *xs: jnp.stack(xs), *[results[i] for i in range(n)])
 
 
@@ -294,43 +293,29 @@ def split_pairs(labels: np.ndarray, holdout: float, seed: int) -> tuple[np.ndarr
 
 def linear_model(bank: RewardBank, clips: Clip, key: jax.Array, rtol: float = 1e-3) -> tuple[dict, np.ndarray]:
     """({"base": f32[N, K], "jacobian": f32[N, K, P]}, bool[N]): the affine model of every candidate's
-    returns in its weights, and whether it holds (checked at two random weight settings).
-
-    The Jacobian is a difference quotient from forward evaluations only: exact for an affine
-    function up to rounding, and it never differentiates through the exported programs
-    (their VJPs fail JAX's shape refinement at some batch sizes).
+    returns in its weights at the defaults, and whether it holds (checked at two random weight settings).
     """
     defaults = bank.default_params()
     n, w = defaults.shape
-
-    @jax.jit
-    def returns_at(settings):  # [S, N, W] -> [S, N, K]
-        return jax.vmap(lambda params: clip_returns(bank, clips, params))(settings)
-
-    step = jnp.where(defaults != 0, jnp.abs(defaults), 1.0)  # [N, W]
-    moved = defaults[None] + jnp.eye(w)[:, None, :] * step[None]  # [W, N, W]: weight i moved by its step
     noise = jax.random.normal(key, (2, n, w))
     probes = jnp.where(defaults != 0, defaults * jnp.exp(noise), noise)
-    values = returns_at(jnp.concatenate([defaults[None], moved, probes]))
-    at_defaults, at_moved, at_probes = values[0], values[1:w + 1], values[w + 1:]
-    jacobian = jnp.moveaxis((at_moved - at_defaults[None]) / step.T[:, :, None], 0, -1)  # [N, K, W]
-    predicted = at_defaults[None] + jnp.einsum("nkw,snw->snk", jacobian, probes - defaults[None])
+    base, jacobian, at_probes = _returns_and_jacobian(bank, clips, defaults, probes)
+    predicted = base[None] + jnp.einsum("nkw,snw->snk", jacobian, probes - defaults[None])
     holds = np.asarray(jnp.all(jnp.abs(at_probes - predicted) <= rtol * (1.0 + jnp.abs(at_probes)), axis=(0, 2)))
-    return {"base": at_defaults - jnp.einsum("nkw,nw->nk", jacobian, defaults), "jacobian": jacobian}, holds
+    return {"base": base - jnp.einsum("nkw,nw->nk", jacobian, defaults), "jacobian": jacobian}, holds
 
 
-def _difference_value_and_grad(fn, eps: float = 1e-2):
-    """value_and_grad of fn by central differences (2W + 1 evaluations, vmapped): for programs whose
-    exported VJP cannot be relied on, as in `linear_model`."""
+@functools.partial(jax.jit, static_argnames=("bank",))
+def _returns_and_jacobian(bank: RewardBank, clips: Clip, defaults, probes):
+    # The clips are an argument, never a closed-over constant: XLA folds constants into the exported
+    # programs and then fails to refine their symbolic batch ("Failed to converge StablehloRefineShapes").
+    def own(weights, i):
+        return clip_returns(bank, clips, defaults.at[i].set(weights))[i]
 
-    def value_and_grad(theta):
-        shifts = jnp.concatenate([jnp.zeros((1,) + theta.shape), eps * jnp.eye(theta.shape[0]),
-                                  -eps * jnp.eye(theta.shape[0])])
-        values = jax.vmap(lambda d: fn(theta + d))(shifts)
-        w = theta.shape[0]
-        return values[0], (values[1:w + 1] - values[w + 1:]) / (2 * eps)
-
-    return value_and_grad
+    base = clip_returns(bank, clips, defaults)
+    jacobian = jnp.stack([jax.jacrev(own)(defaults[i], i) for i in range(bank.num_rewards)])  # [N, K, W]
+    at_probes = jax.vmap(lambda params: clip_returns(bank, clips, params))(probes)
+    return base, jacobian, at_probes
 
 
 def fit_returns(model: dict | None, defaults, mask, first, second, labels, config: TuningConfig, *,
@@ -441,3 +426,29 @@ def tune(bank: RewardBank, first: Clip, second: Clip, labels, config: TuningConf
 def _finite_or_none(x) -> float | None:
     x = float(x)
     return x if math.isfinite(x) else None
+
+
+def with_params(source: str, params: dict[str, float]) -> str:
+    """The program `source` with its module-level `PARAMS = {...}` replaced by `params` (host-side text).
+
+    Raises ValueError when the program has no such assignment or `params` names a weight it lacks.
+    """
+    import ast
+
+    tree = ast.parse(source)
+    node = next((n for n in tree.body if isinstance(n, ast.Assign | ast.AnnAssign)
+                 and any(isinstance(t, ast.Name) and t.id == "PARAMS"
+                         for t in (n.targets if isinstance(n, ast.Assign) else [n.target]))), None)
+    if node is None or not isinstance(node.value, ast.Dict):
+        raise ValueError("the program has no module-level PARAMS = {...} to rewrite")
+    declared = [ast.literal_eval(k) for k in node.value.keys]
+    unknown = set(params) - set(declared)
+    if unknown:
+        raise ValueError(f"PARAMS declares {declared}, not {sorted(unknown)}")
+    values = [float(f"{float(params.get(name, ast.literal_eval(v))):.6g}")  # 6 digits, always a float
+              for name, v in zip(declared, node.value.values, strict=True)]
+    body = "".join(f"    {name!r}: {value!r},\n" for name, value in zip(declared, values, strict=True))
+    lines = source.splitlines(keepends=True)
+    start = sum(len(line) for line in lines[:node.lineno - 1]) + node.col_offset
+    end = sum(len(line) for line in lines[:node.end_lineno - 1]) + node.end_col_offset
+    return source[:start] + "PARAMS = {\n" + body + "}" + source[end:]

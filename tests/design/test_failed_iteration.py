@@ -63,3 +63,57 @@ def test_every_candidate_failing_keeps_the_previous_best_and_says_so(tmp_path):
     assert final_run.file("final/candidates/i2-c1.py").read_text().startswith("# i2-c1")
     only_first = Loop(load_config("quick", bootstrap_races=0, iterations=1), RunDir(run.path), Display(quiet=True))
     assert only_first._runs("final") == (list(LIBRARY_BASELINES), "final/candidates")
+
+
+def test_an_iteration_where_nothing_trains_is_retried_once_not_counted(tmp_path, monkeypatch):
+    import jaxrace.design.report
+
+    calls = []
+
+    class Scripted(Loop):
+        """The stages replaced by records of their calls; iterations in `failing` train nothing."""
+
+        failing = {1, 2, 3}
+
+        def generate(self, k):
+            calls.append(f"generate{k}")
+
+        def select(self, k):
+            pass
+
+        def train(self, k):
+            calls.append(f"train{k}")
+
+        def race(self, k):
+            pass
+
+        def judge_pairs(self, k):
+            pass
+
+        def rank(self, k):
+            self.run.write_json(f"iter{k}/rank.json", {"parents": [] if k in self.failing else ["x"],
+                                                       "best": None if k in self.failing else "x"})
+
+        def tune(self, k):
+            calls.append(f"tune{k}")
+
+    monkeypatch.setattr(jaxrace.design.report, "write_report", lambda run: run.file("report.html"))
+    config = load_config("quick", bootstrap_races=0, iterations=2, tune_weights="grad")
+    loop = Scripted(config, RunDir.open(tmp_path / "a", config), Display(quiet=True))
+    loop.failing = {1}
+    loop.run_all()
+    # iteration 1 failed: it is run again as iteration 2, and the run still has 2 counted iterations
+    assert calls == ["generate1", "train1", "tune1", "generate2", "train2", "tune2", "generate3", "train3",
+                     "trainfinal"]
+    assert loop.last_iteration == 3
+    assert "iter1: every candidate failed in training; iteration 2 retries it" in loop.run.file("log.txt").read_text()
+    calls.clear()
+    again = Scripted(config, RunDir.open(tmp_path / "a", config), Display(quiet=True))
+    again.failing = {1}
+    again.run_all()  # resumed: every stage finished, the same iterations, nothing redone
+    assert calls == [] and again.last_iteration == 3
+
+    calls.clear()
+    stubborn = Scripted(config, RunDir.open(tmp_path / "b", config), Display(quiet=True))
+    stubborn.run_all()  # every iteration fails: one retry only, then the run ends
+    assert [c for c in calls if c.startswith("generate")] == ["generate1", "generate2", "generate3"]

@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+from tuning_data import LINEAR, racing_clips
 
 from jaxrace.rewards.tuning import TuningConfig, fit_returns, pair_loglik, split_pairs
 
@@ -115,14 +116,6 @@ def test_one_call_for_three_candidates_equals_three_calls(method):
     assert together["theta"][2, 2] == 0.0  # an undeclared weight never moves
 
 
-LINEAR = '''
-PARAMS = {"w_speed": 1.0, "w_off": 1.0}
-
-def reward(prev, action, curr, params):
-    off = curr.off_course.astype(jnp.float32)
-    return params["w_speed"] * curr.speed - params["w_off"] * off, {"speed": curr.speed, "off": off}
-'''
-
 NONLINEAR = '''
 PARAMS = {"target": 25.0, "w_off": 1.0}
 
@@ -139,30 +132,6 @@ def programs():
 
     linear, nonlinear = compile_rewards([LINEAR, NONLINEAR], names=["linear", "nonlinear"])
     return linear, nonlinear
-
-
-def racing_clips(pairs=150, steps=8, seed=0):
-    """2 x pairs clips: each a constant speed in [20, 40] m/s and course-outs at its own rate; labels from
-    the truth speed - 20 off_course (a Boltzmann judge, beta 2), which the linear program weighs 20x too little."""
-    import jax
-
-    from jaxrace.rewards import synthetic
-    from jaxrace.rewards.clips import Clip
-
-    rng = np.random.default_rng(seed)
-    k = 2 * pairs
-    speed = rng.uniform(20, 40, size=k).astype(np.float32)
-    off = rng.uniform(size=(k, steps + 1)) < rng.uniform(size=(k, 1))
-    view = jax.tree.map(lambda x: np.broadcast_to(np.asarray(x), (k, steps + 1)).copy(), synthetic.view())
-    view = view.replace(speed=np.repeat(speed[:, None], steps + 1, 1), off_course=off)
-    action = jax.tree.map(lambda x: np.broadcast_to(np.asarray(x), (k, steps)).copy(), synthetic.action())
-    clips = Clip(views=view, actions=action, valid=np.ones((k, steps), bool))
-    truth = speed - 20.0 * off[:, 1:].mean(axis=1)
-    d = (truth[:pairs] - truth[pairs:]) / truth.std()
-    labels = np.where(rng.uniform(size=pairs) < 1 / (1 + np.exp(-2.0 * d)), 1.0, -1.0).astype(np.float32)
-    first = jax.tree.map(lambda x: x[:pairs], clips)
-    second = jax.tree.map(lambda x: x[pairs:], clips)
-    return first, second, labels
 
 
 def test_tune_finds_the_weight_an_llm_got_wrong_and_guards_the_rest(programs):
@@ -220,3 +189,17 @@ def test_the_command_tunes_programs_against_a_store(programs, tmp_path, capsys):
     assert "PARAMS = {'w_speed': " in out
     assert main(["reward", "tune", str(tmp_path / "missing.sqlite"), str(tmp_path / "linear.py")]) == 2
     assert "no such store" in capsys.readouterr().err
+
+
+def test_with_params_rewrites_only_the_params_literal():
+    from jaxrace.rewards.tuning import with_params
+
+    source = ('"""doc"""\nPARAMS = {"w_speed": 1.0,\n          "w_off": 1.0}  # weights\n\n'
+              'def reward(prev, action, curr, params):\n    return 0.0, {}\n')
+    assert with_params(source, {"w_off": 12.345678}) == (
+        '"""doc"""\nPARAMS = {\n    \'w_speed\': 1.0,\n    \'w_off\': 12.3457,\n}  # weights\n\n'
+        'def reward(prev, action, curr, params):\n    return 0.0, {}\n')
+    with pytest.raises(ValueError, match="not \\['w_contact'\\]"):
+        with_params(source, {"w_contact": 1.0})
+    with pytest.raises(ValueError, match="no module-level PARAMS"):
+        with_params("def reward(prev, action, curr):\n    return 0.0, {}\n", {})

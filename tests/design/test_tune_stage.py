@@ -1,0 +1,46 @@
+"""The loop's weight-tuning stage: the best program tuned from the store, carried beside it into the next iteration."""
+
+import jax
+import numpy as np
+from tuning_data import LINEAR, racing_clips
+
+from jaxrace.design.config import load_config
+from jaxrace.design.loop import Loop
+from jaxrace.design.progress import Display
+from jaxrace.design.rundir import RunDir
+from jaxrace.rewards import compile_reward, load_reward
+from jaxrace.rewards.clips import Clip
+from jaxrace.rewards.preferences import save_clip_arrays
+
+
+def test_the_tuned_best_joins_the_next_iteration_beside_the_best(tmp_path):
+    config = load_config("quick", bootstrap_races=0, tune_weights="grad", m=3, n=3)
+    run = RunDir.open(tmp_path / "run", config)
+    loop = Loop(config, run, Display(quiet=True))
+    run.write_text("iter1/candidates/i1-c2.py", LINEAR)
+    compile_reward(LINEAR, name="i1-c2").save(run.file("iter1/candidates/i1-c2.jaxreward"))
+    run.write_json("iter1/rank.json", {"best": "i1-c2", "best_folder": "iter1/candidates"})
+    run.write_text("iter1/feedback.txt", "Iteration 1: i1-c2 was best.\n")
+    first, second, labels = racing_clips(pairs=80, seed=5)
+    arrays = save_clip_arrays(tmp_path / "run" / "clips.npz",
+                              Clip(*jax.tree.map(lambda a, b: np.concatenate([a, b]), first, second)))
+    ids = [loop.store.add_clip(f"c{i}", iteration=1, candidate="x", seed=0, race=0, start=0, length=8, metrics={},
+                               arrays=arrays, arrays_row=i) for i in range(160)]
+    for p, label in enumerate(labels):
+        loop.store.add_preference(f"p{p}", iteration=1, first=ids[p], second=ids[80 + p],
+                                  label="first" if label > 0 else "second", judge_kind="scripted", judge_id="s")
+
+    loop.tune(1)
+    record = run.read_json("iter1/tune.json")
+    assert record["program"] == "i1-c2-t1" and record["tuned"] and record["method"] == "grad"
+    tuned = load_reward(run.file("iter1/tuned/i1-c2-t1.jaxreward"))
+    assert tuned.params["w_off"] / tuned.params["w_speed"] > 5  # the truth is 20, the default 1
+    assert "PARAMS = {\n    'w_speed': " in run.file("iter1/tuned/i1-c2-t1.py").read_text()
+
+    loop.generate(2)
+    candidates = run.read_json("iter2/candidates.json")
+    assert [c["name"] for c in candidates][:2] == ["i1-c2", "i1-c2-t1"] and len(candidates) == 3
+    assert candidates[1]["origin"].startswith("carried from iteration 1: i1-c2 with weights tuned (grad, tuned on 56")
+    assert candidates[1]["params"] == tuned.params
+    loop.select(2)  # while the store is small, the carried programs are trained first
+    assert run.read_json("iter2/select.json")["selected"][:2] == ["i1-c2", "i1-c2-t1"]
