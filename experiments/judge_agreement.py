@@ -15,7 +15,8 @@ pool.
    from the mistaken teacher grow, picking pairs at random or actively
    (`jaxrace.judges.pairs`: 10 random pairs, then rounds of 10 whose outcome is least
    certain; and two variants: that score times the two strengths' variances, and divided
-   by one plus the times the two drivers were compared), over `--repeats` seeds. The
+   by one plus the times the two drivers were compared; and Thompson sampling: the pair of
+   drivers adjacent in a ranking drawn from the fit's posterior), over `--repeats` seeds. The
    target: active selection reaches random selection's accuracy at the label budget
    (`--budget` of the pool) with at most 60% of those labels.
 
@@ -66,10 +67,48 @@ def fit(pool_agents, labs, idx, k) -> tuple[np.ndarray, np.ndarray]:
     return np.asarray(s, np.float64), np.asarray(se, np.float64)
 
 
+def choose_thompson(items: np.ndarray, scores: np.ndarray, stderr: np.ndarray, k: int, rng: np.random.Generator,
+                    compared: np.ndarray | None = None) -> np.ndarray:
+    """Indices of k candidate comparisons (rows of items, i64[P, 2]) by Thompson sampling of the ranking.
+
+    For each pick, strengths are drawn from the fit's approximate posterior N(scores, stderr^2)
+    and the comparison of two items adjacent in the drawn ranking is taken (the closest in
+    rank when no adjacent pair is left), preferring the pair of items compared least so far
+    (`compared`: f[K, K] counts, symmetric). Neighbours whose order is in doubt are drawn
+    adjacent often; a settled order rarely, so the labels go where they change the ranking.
+    """
+    items = np.asarray(items, np.int64)
+    if k < 1 or len(items) == 0:
+        return np.zeros((0,), np.int64)
+    scores, stderr = np.asarray(scores, np.float64), np.asarray(stderr, np.float64)
+    counts = np.zeros((len(scores), len(scores))) if compared is None else np.array(compared, np.float64)
+    free = np.ones(len(items), bool)
+    picked = []
+    for _ in range(min(k, len(items))):
+        draw = scores + stderr * rng.standard_normal(len(scores))
+        rank = np.empty(len(scores), np.int64)
+        rank[np.argsort(-draw)] = np.arange(len(scores))
+        gap = np.abs(rank[items[:, 0]] - rank[items[:, 1]]).astype(np.float64)
+        seen = counts[items[:, 0], items[:, 1]]
+        order = np.lexsort((rng.random(len(items)), seen, gap + np.where(free, 0.0, np.inf)))
+        best = int(order[0])
+        picked.append(best)
+        free[best] = False
+        a, b = items[best]
+        counts[a, b] += 1.0
+        counts[b, a] += 1.0
+    return np.asarray(picked, np.int64)
+
+
 def pick(method: str, pool_agents, chosen, left, scores, stderr, n: int, rng) -> np.ndarray:
     """The next n of `left` by `method`: the library's score, or it weighted as variants to compare with."""
     if method == "active":
         return choose_active(pool_agents[left], scores, n, rng)
+    if method == "thompson":
+        compared = np.zeros((len(scores), len(scores)))
+        np.add.at(compared, (pool_agents[chosen, 0], pool_agents[chosen, 1]), 1.0)
+        compared = compared + compared.T
+        return choose_thompson(pool_agents[left], scores, stderr, n, rng, compared)
     a, b = pool_agents[left, 0], pool_agents[left, 1]
     info = pair_information(scores, a, b)
     if method == "active, x stderr^2":
@@ -125,7 +164,7 @@ def main() -> None:
 
     budget = int(round(args.budget * len(pool)))
     steps = list(range(10, budget + 1, 10))
-    methods = ("random", "active", "active, x stderr^2", "active, / (1 + repeats)")
+    methods = ("random", "active", "active, x stderr^2", "active, / (1 + repeats)", "thompson")
     taus = {m: np.zeros((args.repeats, len(steps))) for m in methods}
     for rep in range(args.repeats):
         teacher = ScriptedJudge(scoring=scoring, mistake=0.1, seed=100 + rep)

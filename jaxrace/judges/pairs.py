@@ -29,3 +29,4 @@ def choose_active(items: np.ndarray, scores: np.ndarray, k: int, rng: np.random.
         return np.zeros((0,), np.int64)
     info = pair_information(scores, items[:, 0], items[:, 1])
     return np.lexsort((rng.random(len(items)), -info))[:k]
+
