@@ -237,6 +237,8 @@ def _judges(args) -> int:
               file=sys.stderr)
         return 2
     with PreferenceStore(args.store) as store:
+        if args.judges_command == "rank":
+            return _judges_rank(store, args.iteration)
         if args.judges_command == "export":
             try:
                 print(store.export(args.out))
@@ -255,6 +257,26 @@ def _judges(args) -> int:
     for a in found:
         kappa = "-" if a.kappa is None else f"{a.kappa:.3f}"
         print(f"{a.judge_a:<32} {a.judge_b:<32} {a.shared:>6} {a.agreed:>6} {a.rate:>6.3f} {kappa:>6}")
+    return 0
+
+
+def _judges_rank(store, iteration) -> int:
+    """Bradley-Terry strengths of the judged candidates (AI drivers in the bootstrap), per iteration."""
+    from jaxrace.rewards.bradley_terry import rank_named
+
+    owner = {c.id: c.candidate for c in store.clips()}
+    prefs = store.preferences(iteration)
+    if not prefs:
+        print(f"{store.path}: no preferences" + ("" if iteration is None else f" in iteration {iteration}"))
+        return 0 if iteration is None else 1
+    for k in sorted({p.iteration for p in prefs}):
+        mine = [p for p in prefs if p.iteration == k]
+        rows = rank_named([owner[p.first] for p in mine], [owner[p.second] for p in mine], [p.label for p in mine])
+        skips = sum(p.label == "skip" for p in mine)
+        print(f"{'bootstrap' if k == 0 else f'iteration {k}'}: {len(mine)} judged pairs ({skips} skipped)")
+        print(f"  {'candidate':<40} {'strength':>8} {'s.e.':>6} {'games':>5} {'wins':>6}")
+        for r in rows:
+            print(f"  {r['name']:<40} {r['score']:>+8.2f} {r['stderr']:>6.2f} {r['games']:>5} {r['wins']:>6.1f}")
     return 0
 
 
@@ -387,6 +409,9 @@ def main(argv=None) -> int:
     judges_sub = judges.add_subparsers(dest="judges_command", required=True)
     agree = judges_sub.add_parser("agreement", help="agreement rate and Cohen's kappa of judges on shared pairs")
     agree.add_argument("store", help="a preferences.sqlite")
+    rank = judges_sub.add_parser("rank", help="Bradley-Terry strengths with standard errors per iteration")
+    rank.add_argument("store", help="a preferences.sqlite")
+    rank.add_argument("--iteration", type=int, default=None, help="only this iteration (0: the bootstrap)")
     export = judges_sub.add_parser("export", help="every preference with its clips, as CSV or JSON")
     export.add_argument("store", help="a preferences.sqlite")
     export.add_argument("--out", required=True, help="FILE.csv or FILE.json")

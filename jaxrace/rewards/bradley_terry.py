@@ -38,6 +38,31 @@ def fit_labels(first, second, labels, num_items: int) -> tuple[jax.Array, jax.Ar
                          jnp.asarray([lab == "tie" for _, _, lab in kept], bool))
 
 
+def rank_named(first: list[str], second: list[str], labels: list[str]) -> list[dict]:
+    """`fit_labels` of judged pairs of named items (host-side): one row per item, strongest first, with
+    its log-strength, standard error, games (skips left out) and wins (a tie counts half)."""
+    names = sorted(set(first) | set(second))
+    if not names:
+        return []
+    index = {n: i for i, n in enumerate(names)}
+    scores, stderr = fit_labels([index[a] for a in first], [index[b] for b in second], labels, len(names))
+    games = {n: 0 for n in names}
+    wins = {n: 0.0 for n in names}
+    for a, b, lab in zip(first, second, labels, strict=True):
+        if lab == "skip":
+            continue
+        games[a] += 1
+        games[b] += 1
+        if lab == "tie":
+            wins[a] += 0.5
+            wins[b] += 0.5
+        else:
+            wins[a if lab == "first" else b] += 1.0
+    rows = [{"name": n, "score": float(scores[i]), "stderr": float(stderr[i]), "games": games[n], "wins": wins[n]}
+            for n, i in index.items()]
+    return sorted(rows, key=lambda r: -r["score"])
+
+
 def bradley_terry(winners: jax.Array, losers: jax.Array, num_items: int, ties: jax.Array | None = None,
                   prior: float = 1.0, *, max_iter: int = 1000, tol: float = 1e-6) -> tuple[jax.Array, jax.Array]:
     """Scores and standard errors of K items from G pairwise outcomes.

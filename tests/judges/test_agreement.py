@@ -70,3 +70,35 @@ def test_cli_agreement_and_export(tmp_path, capsys):
     assert data["preferences"][0]["rationale"] == "went further"
     assert main(["judges", "agreement", str(tmp_path / "none.sqlite")]) == 2
     assert "no such store" in capsys.readouterr().err
+
+
+def test_rank_per_iteration_from_the_store(tmp_path, capsys):
+    import numpy as np
+
+    from jaxrace.cli import main
+    from jaxrace.rewards.bradley_terry import fit_labels, rank_named
+
+    rows = rank_named(["b", "a", "a", "c"], ["a", "b", "c", "b"], ["second", "tie", "first", "skip"])
+    assert [(r["name"], r["games"], r["wins"]) for r in rows] == [("a", 3, 2.5), ("b", 2, 0.5), ("c", 1, 0.0)]
+    scores, stderr = fit_labels([1, 0, 0, 2], [0, 1, 2, 1], ["second", "tie", "first", "skip"], 3)
+    np.testing.assert_allclose([r["score"] for r in rows], np.asarray(scores), rtol=1e-6)
+    np.testing.assert_allclose([r["stderr"] for r in rows], np.asarray(stderr), rtol=1e-6)
+    assert rank_named([], [], []) == []
+
+    path = tmp_path / "prefs.sqlite"
+    with PreferenceStore(path) as store:
+        ids = [store.add_clip(f"c{i}", iteration=i // 2, candidate=f"cand{i}", seed=0, race=0, start=0, length=4,
+                              metrics={}, arrays=tmp_path / "x.npz", arrays_row=i) for i in range(4)]
+        store.add_preference("boot", iteration=0, first=ids[0], second=ids[1], label="second", judge_kind="s",
+                             judge_id="s")
+        store.add_preference("i1", iteration=1, first=ids[2], second=ids[3], label="first", judge_kind="s",
+                             judge_id="s")
+        store.add_preference("i1b", iteration=1, first=ids[3], second=ids[2], label="skip", judge_kind="s",
+                             judge_id="s")
+    assert main(["judges", "rank", str(path)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "bootstrap: 1 judged pairs (0 skipped)" and lines[2].split()[0] == "cand1"
+    assert lines[4] == "iteration 1: 2 judged pairs (1 skipped)" and lines[6].split()[0] == "cand2"
+    assert lines[6].split()[3:] == ["1", "1.0"]
+    assert main(["judges", "rank", str(path), "--iteration", "3"]) == 1
+    assert "no preferences in iteration 3" in capsys.readouterr().out
