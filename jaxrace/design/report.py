@@ -310,15 +310,42 @@ def build_report(run: RunDir) -> str:
         section, previous = _iteration(run, k, previous)
         parts.append(section)
     parts.append(_final(run))
-    rows = [[_e(name), round(info["seconds"], 1), 0] for name, info in stages.items()]
+    tokens = _tokens_by_stage(run)
+    cell = lambda name: (f"{tokens[name][0]:,}{'*' if tokens[name][1] else ''}" if name in tokens  # noqa: E731
+                         else "0")
+    rows = [[_e(name), round(info["seconds"], 1), cell(name)] for name, info in stages.items()]
     total = sum(info["seconds"] for info in stages.values())
+    all_tokens = sum(t for t, _ in tokens.values())
+    estimated = any(e for _, e in tokens.values())
     parts.append('<h2 id="time">Time and tokens per stage</h2>'
-                 + _table(["stage", "seconds", "LLM tokens"], rows + [["<b>total</b>", round(total, 1), 0]])
-                 + '<p class="note">The offline proposer is not an LLM: it spends no tokens.</p>')
+                 + _table(["stage", "seconds", "LLM tokens"],
+                          rows + [["<b>total</b>", round(total, 1), f"{all_tokens:,}{'*' if estimated else ''}"]])
+                 + ('<p class="note">* estimated at 4 characters a token: the offline proposer is not an LLM and '
+                    "counts none.</p>" if estimated else ""))
     parts.append(f"<details><summary>Configuration</summary><pre>{_e(json.dumps(config.to_dict(), indent=1))}"
                  "</pre></details>")
     return (f"<!doctype html><html><head><meta charset='utf-8'><title>jaxrace: {_e(config.task)}</title>"
             f"<style>{STYLE}</style></head><body>{''.join(parts)}</body></html>")
+
+
+def _tokens_by_stage(run: RunDir) -> dict[str, tuple[int, bool]]:
+    """{loop stage: (prompt + completion tokens, any estimated)} from the run's LLM record (generator and judge)."""
+    path = run.file("llm/record.jsonl")
+    out: dict[str, tuple[int, bool]] = {}
+    if not path.exists():
+        return out
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            entry = json.loads(line)
+        except json.JSONDecodeError:  # a torn last line of a killed run
+            continue
+        reply = entry.get("reply") or {}
+        stage = str(entry.get("stage") or "")
+        stage = "bootstrap" if stage.startswith("bootstrap") else stage
+        used = int(reply.get("prompt_tokens") or 0) + int(reply.get("completion_tokens") or 0)
+        tokens, estimated = out.get(stage, (0, False))
+        out[stage] = (tokens + used, estimated or bool(reply.get("estimated")))
+    return out
 
 
 def write_report(run: RunDir | str | Path) -> Path:
