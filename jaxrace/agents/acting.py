@@ -30,7 +30,8 @@ class Rollout(NamedTuple):
 
 class Acting(NamedTuple):
     reset: Callable  # (key) -> Rollout at the start of every env's episode
-    collect: Callable  # (actor_params, Rollout, key, random_actions bool[]) -> (Rollout, Transition [n, T])
+    collect: Callable  # (actor_params, Rollout, key, random_actions bool[])
+    #                    -> (Rollout, Transition [n, T] (reward 0), (prev_view, view) RaceView [n, T])
     policy: Callable  # (actor_params, carry f32[G], obs) -> (carry, action f32[2]), deterministic, one env
 
 
@@ -61,7 +62,11 @@ def make_acting(config: TrainConfig, env, env_params: EnvParams, actor: Actor) -
         return carry, deterministic_action(mean)
 
     def collect(actor_params, rollout: Rollout, key, random_actions):
-        """`config.rollout_steps` steps of every env; uniform random actions while `random_actions`."""
+        """`config.rollout_steps` steps of every env; uniform random actions while `random_actions`.
+
+        Returns the transitions (reward 0: the trainer labels them) and the RaceViews
+        before and after each step.
+        """
         def body(carry, key):
             env_state, obs, h, reset = carry
             k_act, k_rand, k_env = jax.random.split(key, 3)
@@ -71,12 +76,14 @@ def make_acting(config: TrainConfig, env, env_params: EnvParams, actor: Actor) -
             action = jnp.where(random_actions, uniform, action)
             next_obs, next_state, _, terminated, truncated, info = step_envs(
                 jax.random.split(k_env, n), env_state, action, env_params)
-            transition = Transition(obs=obs, action=action, prev_view=env_state.view, view=info["view"],
+            transition = Transition(obs=obs, action=action, reward=jnp.zeros((n,), jnp.float32),
                                     next_obs=info["final_observation"], terminated=terminated, truncated=truncated,
                                     carry=h, reset=reset)
-            return Rollout(next_state, next_obs, h_next, terminated | truncated), transition
+            return Rollout(next_state, next_obs, h_next, terminated | truncated), (transition, (env_state.view,
+                                                                                             info["view"]))
 
-        rollout, traj = jax.lax.scan(body, rollout, jax.random.split(key, config.rollout_steps))
-        return rollout, jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), traj)  # [n, T, ...]
+        rollout, steps = jax.lax.scan(body, rollout, jax.random.split(key, config.rollout_steps))
+        traj, views = jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), steps)  # [n, T, ...]
+        return rollout, traj, views
 
     return Acting(reset=reset, collect=collect, policy=policy)

@@ -67,12 +67,12 @@ def race_metrics(states, params) -> RaceMetrics:
 
 
 @functools.partial(jax.jit, static_argnums=(0, 1, 5, 6))
-def _races(trainer, env, actor_params, params, keys, num_steps: int, params_per_race: bool):
-    """Jitted once per (trainer, env, shapes, num_steps): evaluation can run every chunk."""
+def _races(learner, env, actor_params, params, keys, num_steps: int, params_per_race: bool):
+    """Jitted once per (learner, env, shapes, num_steps): evaluation can run every chunk, and every bank."""
     def one(actor, race_params, race_key):
         return trajectory_with_actions(env, race_params, race_key, num_steps,
-                                       policy=lambda carry, obs: trainer.policy(actor, carry, obs),
-                                       policy_carry=trainer.initial_carry())
+                                       policy=lambda carry, obs: learner.policy(actor, carry, obs),
+                                       policy_carry=learner.initial_carry())
 
     races = jax.vmap(one, in_axes=(None, 0 if params_per_race else None, 0))
     return jax.vmap(lambda actor: races(actor, params, keys))(actor_params)
@@ -91,7 +91,7 @@ def evaluate(trainer, actor_params, env, params, key: jax.Array, num_steps: int,
     """Races every run's deterministic policy.
 
     Args:
-        trainer: from `make_train` (its `policy`).
+        trainer: a Trainer or its Learner (only the policy is used).
         actor_params: actor parameters with a leading run axis R (TrainState.actor).
         params: EnvParams shared by every race, or with a leading axis of num_races
             when `params_per_race` (each race its own field: skills, aggression, ...).
@@ -103,7 +103,8 @@ def evaluate(trainer, actor_params, env, params, key: jax.Array, num_steps: int,
     """
     runs = jax.tree.leaves(actor_params)[0].shape[0]
     keys = jax.random.split(key, num_races)
-    states, actions = _races(trainer, env, actor_params, params, keys, num_steps, params_per_race)
+    learner = getattr(trainer, "learner", trainer)
+    states, actions = _races(learner, env, actor_params, params, keys, num_steps, params_per_race)
     race_params = [jax.tree.map(lambda x, i=i: x[i], params) if params_per_race else params for i in range(num_races)]
     metrics = [[race_metrics(jax.tree.map(lambda x, r=r, i=i: x[r, i], states), race_params[i])
                 for i in range(num_races)] for r in range(runs)]

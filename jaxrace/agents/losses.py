@@ -1,7 +1,7 @@
 """QR-SAC losses and n-step targets (GT Sophy's critic, as in nnabla-rl's QRSAC), and `make_losses`.
 
 The pure functions' shapes are for one transition; vmap over a batch. K is the number
-of quantiles. `make_losses(config, actor, critic, reward_fn)` returns the loss of a
+of quantiles. `make_losses(config, actor, critic)` returns the loss of a
 batch of replayed sequences (in the style of brax's SAC `make_losses`).
 """
 
@@ -120,17 +120,15 @@ class Losses(NamedTuple):
     max_abs_reward: jax.Array  # of the sampled (unscaled) rewards
 
 
-def make_losses(config: TrainConfig, actor: Actor, critic: TwinCritic, reward_fn: Callable) -> Callable:
+def make_losses(config: TrainConfig, actor: Actor, critic: TwinCritic) -> Callable:
     """The loss of a batch of replayed sequences.
 
     Args:
         config: the trainer's configuration (sequence layout, n-step, recurrence, pixels).
         actor, critic: the networks.
-        reward_fn: (reward_index i32[], reward_params f32[P], prev RaceView, action f32[2],
-            view RaceView) -> f32[]: the run's reward of one transition.
 
     Returns:
-        `loss_fn(nets, target_params, batch, reward_index, reward_params, hparams, key) -> Losses`
+        `loss_fn(nets, target_params, batch, hparams, key) -> Losses`
         with `nets` = (actor_params, critic_params, log_alpha) and `batch` a Transition
         [B, sequence_length]. Every loss stops the gradients it must not send, so their
         sum trains each network on its own loss.
@@ -165,7 +163,7 @@ def make_losses(config: TrainConfig, actor: Actor, critic: TwinCritic, reward_fn
                                                        *jax.tree.map(lambda x: x[burn:], (seq.obs, seq.reset)))
         return mean[:trained], log_std[:trained], carries
 
-    def loss_fn(nets, target_params, batch: Transition, reward_index, reward_params, hparams: HParams, key) -> Losses:
+    def loss_fn(nets, target_params, batch: Transition, hparams: HParams, key) -> Losses:
         """Mean critic, actor and temperature losses over a batch of sequences [B, seq_len]."""
         actor_params, critic_params, log_alpha = nets
         alpha = jnp.exp(log_alpha)
@@ -173,8 +171,7 @@ def make_losses(config: TrainConfig, actor: Actor, critic: TwinCritic, reward_fn
 
         def one(seq, key):
             k_next, k_pi = jax.random.split(key)
-            rewards = jax.vmap(lambda p, a, v: reward_fn(reward_index, reward_params, p, a, v))(
-                seq.prev_view, seq.action, seq.view)
+            rewards = seq.reward
             returns, disc, last = n_step_targets(hparams.reward_scale * rewards, seq.terminated, seq.truncated,
                                                  config.n_step, hparams.discount)
             mean, log_std, carries = actor_over_sequence(actor_params, seq)

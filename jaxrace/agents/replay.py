@@ -1,8 +1,8 @@
-"""Replay of transitions (observations, actions and RaceViews, never rewards) and their sequences.
+"""Replay of transitions (observations, actions, the run's rewards) and their sequences.
 
-A run's reward is computed from the stored RaceViews when a batch is sampled, which is
-what lets N candidate rewards share one pipeline. The buffer is flashbax's trajectory
-buffer, sampled as sequences of `TrainConfig.sequence_length` steps.
+Rewards are computed once, when a rollout is labelled (`Trainer.label`); the RaceViews
+they came from are not stored. The buffer is flashbax's trajectory buffer, sampled as
+sequences of `TrainConfig.sequence_length` steps.
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ import jax
 import jax.numpy as jnp
 
 from jaxrace.agents.config import TrainConfig
-from jaxrace.rewards.api import RaceView
 
 
 class Transition(NamedTuple):
@@ -22,15 +21,12 @@ class Transition(NamedTuple):
 
     obs: dict
     action: jax.Array  # f32[2]
-    prev_view: RaceView
-    view: RaceView
+    reward: jax.Array  # f32: the run's reward (0 until the rollout is labelled)
     next_obs: dict  # the true next observation (the final one at an episode end), without pixels
     terminated: jax.Array
     truncated: jax.Array
     carry: jax.Array  # f32[G] the actor's GRU state before this step (G = 0 without a GRU)
     reset: jax.Array  # bool: the first step of an episode (the actor zeroes `carry`)
-
-
 
 
 def make_replay(config: TrainConfig):

@@ -1,8 +1,12 @@
 """The host side of training: many runs as one vmapped, jitted job, in chunks, with checkpoints.
 
-Plain Python around two jitted functions (`init` and a chunk of epochs, each vmapped
-over the run axis); progress callbacks, checkpoints and resumption happen between
-chunks. With several devices the run axis is sharded across them.
+Plain Python around jitted functions, each vmapped over the run axis: `init`, then per
+epoch either one fused program (`fused=True`: `Trainer.run_epochs`, a scan over a chunk
+of epochs) or three (`collect`, `label`, `learn`; the default). Only `label` reads the
+reward bank, so with the split programs a new bank recompiles only that small program:
+`collect` and `learn` are compiled once per Learner (and kept in JAX's persistent cache
+across processes). Progress callbacks, checkpoints and resumption happen between chunks.
+With several devices the run axis is sharded across them.
 """
 
 from __future__ import annotations
@@ -16,18 +20,63 @@ import jax.numpy as jnp
 
 from jaxrace.agents.checkpoint import load_checkpoint, save_checkpoint
 from jaxrace.agents.config import HParams
-from jaxrace.agents.trainer import Trainer
+from jaxrace.agents.trainer import Learner, Metrics, Trainer
 from jaxrace.envs.parallel import env_sharding, shard_envs
 
 
 @functools.partial(jax.jit, static_argnums=(0,))
-def _init_runs(trainer: Trainer, keys, hparams, reward_index):
-    return jax.vmap(trainer.init)(keys, hparams, reward_index)
+def _init_runs(learner: Learner, keys, hparams):
+    return jax.vmap(learner.init)(keys, hparams)
 
 
-@functools.partial(jax.jit, static_argnums=(0, 4))
+@functools.partial(jax.jit, static_argnums=(0, 4), donate_argnums=(1,))
 def _run_chunk(trainer: Trainer, state, hparams, reward_index, num_epochs: int):
     return jax.vmap(lambda s, h, r: trainer.run_epochs(s, h, r, num_epochs))(state, hparams, reward_index)
+
+
+@functools.partial(jax.jit, static_argnums=(0,), donate_argnums=(1,))
+def _collect(learner: Learner, state):
+    return jax.vmap(learner.collect)(state)
+
+
+@functools.partial(jax.jit, static_argnums=(0,))
+def _label(trainer: Trainer, collected, reward_index, reward_params):
+    return jax.vmap(trainer.label)(collected, reward_index, reward_params)
+
+
+@functools.partial(jax.jit, static_argnums=(0,), donate_argnums=(1,))
+def _learn(learner: Learner, state, hparams, collected, rewards):
+    return jax.vmap(learner.learn)(state, hparams, collected, rewards)
+
+
+def _split_chunk(trainer: Trainer, state, hparams, reward_index, num_epochs: int):
+    """`num_epochs` epochs as collect, label and learn calls; metrics stacked as [R, num_epochs].
+
+    The weights go to `label` alone: their width (the bank's most PARAMS) must not reach
+    the bank-free programs' shapes.
+    """
+    reward_params = _reward_params(trainer, hparams, reward_index)
+    hparams = hparams.replace(reward_params=None)
+    metrics = []
+    for _ in range(num_epochs):
+        state, collected = _collect(trainer.learner, state)
+        rewards = _label(trainer, collected, reward_index, reward_params)
+        state, epoch_metrics = _learn(trainer.learner, state, hparams, collected, rewards)
+        metrics.append(epoch_metrics)
+    return state, jax.tree.map(lambda *m: jnp.stack(m, axis=1), *metrics)
+
+
+def _committed(tree):
+    """The arrays pinned where they are: the first epoch's calls then match every later one's
+    (an uncommitted input is another entry in jit's dispatch cache, and another compile)."""
+    return jax.tree.map(lambda x: jax.device_put(x, x.sharding), tree)
+
+
+def _reward_params(trainer: Trainer, hparams: HParams, reward_index) -> jax.Array:
+    """f32[R, P]: every run's weights (hparams.reward_params, or its candidate's defaults)."""
+    if hparams.reward_params is not None:
+        return hparams.reward_params
+    return trainer.bank.default_params()[reward_index]
 
 
 def per_run_hparams(hparams: HParams, runs: int) -> HParams:
@@ -45,7 +94,7 @@ def per_run_hparams(hparams: HParams, runs: int) -> HParams:
 
 def train_many(trainer: Trainer, key: jax.Array, reward_indices, seeds_per_reward: int = 1,
                hparams: HParams | None = None, chunk_epochs: int | None = None, progress=None,
-               checkpoint: str | None = None):
+               checkpoint: str | None = None, fused: bool = False):
     """Trains every (reward index, seed) pair as one vmapped, jitted job.
 
     Args:
@@ -60,6 +109,8 @@ def train_many(trainer: Trainer, key: jax.Array, reward_indices, seeds_per_rewar
         checkpoint: a file path; the job state is saved there after every chunk, and a
             job started with an existing checkpoint resumes from it (same arguments).
             The metrics of chunks done before the resume are in the checkpoint too.
+        fused: one program per chunk (`Trainer.run_epochs`) instead of the split
+            collect/label/learn programs; compiled again for every bank.
 
     With several devices the run axis is sharded across them (when they divide R):
     each device trains its share of the runs.
@@ -77,15 +128,16 @@ def train_many(trainer: Trainer, key: jax.Array, reward_indices, seeds_per_rewar
         raise ValueError(f"chunk_epochs ({chunk}) must divide epochs ({epochs})")
     run_sharding = env_sharding(axis_name="runs")
     keys, hparams, reward_index = shard_envs((keys, hparams, reward_index), run_sharding, strict=False)
-    state = _init_runs(trainer, keys, hparams, reward_index)
-    history = jax.tree.map(lambda x: jnp.zeros((runs, epochs), x.dtype),
-                           jax.eval_shape(lambda: _run_chunk(trainer, state, hparams, reward_index, chunk)[1]))
+    state = _committed(_init_runs(trainer.learner, keys, hparams.replace(reward_params=None)))
+    run_chunk = _run_chunk if fused else _split_chunk
+    history = Metrics(*(jnp.zeros((runs, epochs), bool if name == "failed" else jnp.float32)
+                        for name in Metrics._fields))
     start = 0
     if checkpoint is not None and Path(checkpoint).exists():
         (state, history), start = load_checkpoint(checkpoint, (state, history))
-        state = shard_envs(state, run_sharding, strict=False)
+        state = _committed(shard_envs(state, run_sharding, strict=False))
     for done in range(start, epochs, chunk):
-        state, metrics = _run_chunk(trainer, state, hparams, reward_index, chunk)
+        state, metrics = run_chunk(trainer, state, hparams, reward_index, chunk)
         history = jax.tree.map(lambda h, m, d=done: h.at[:, d:d + chunk].set(m), history, metrics)
         if checkpoint is not None:
             save_checkpoint(checkpoint, (state, history), done + chunk)

@@ -1,16 +1,17 @@
 """QR-SAC training of many runs in one jitted job: vmap over candidates, seeds and hparams.
 
-`make_train(config, env, env_params, bank)` returns a `Trainer` of pure functions (the
-pieces: `acting` drives the envs, `replay` stores transitions, `losses.make_losses` the
-QR-SAC objective; `runner.train_many` is the host-side job):
-`init(key, hparams, reward_index) -> TrainState` and `run_epochs(state, hparams,
-reward_index) -> (state, metrics)`, which the host jits and calls in chunks (progress
-bars, metrics, checkpoints between chunks). `train` is the whole run in one call.
-vmap `init` and `run_epochs` over a leading run axis to train N runs in one program.
+`make_learner(config, env, env_params)` builds the pure functions that do not depend on
+any reward (acting, replay, the QR-SAC update); `make_train(..., bank)` (or
+`Trainer.with_bank`) adds a reward bank. An epoch is three pieces:
+`collect(state) -> (state, Collected)` drives the envs; `label(Collected, reward_index,
+reward_params) -> f32[num_envs, rollout_steps]` computes the run's rewards (the only
+piece that reads the bank); `learn(state, hparams, Collected, rewards)` stores the
+labelled transitions and runs the updates. `Trainer.run_epochs` fuses them into one
+scan; `runner.train_many` can also jit them separately, so that only the small `label`
+program is compiled again for a new bank (see the README's compile-time table).
 
-Replay stores observations, actions and RaceViews, never rewards: a run's reward is
-computed by the reward bank (`bank.evaluate(reward_index, ...)`) when a batch is
-sampled, which is what lets N candidate rewards share one pipeline.
+Replay stores each transition's reward, computed by the bank once at collection (the
+run's weights are fixed for its whole run), never the RaceViews it came from.
 
 Failure isolation: a run whose losses or rewards go non-finite (or huge) is marked
 failed and frozen (its parameters stop changing); vmapped runs never mix, so the
@@ -49,7 +50,7 @@ from jaxrace.agents.losses import make_losses
 from jaxrace.agents.networks import Actor, TwinCritic, initial_carry
 from jaxrace.agents.replay import Transition, make_replay, next_frames
 from jaxrace.envs.state import EnvParams, EnvState
-from jaxrace.rewards.api import Action
+from jaxrace.rewards.api import Action, RaceView
 from jaxrace.rewards.bank import RewardBank
 
 HUGE_REWARD = 1e6  # a sampled reward beyond this marks the run failed
@@ -74,7 +75,6 @@ class TrainState:
     key: jax.Array
     epoch: jax.Array
     failed: jax.Array  # bool: frozen after a non-finite loss or a huge reward
-    reward_params: jax.Array
 
 
 class Metrics(NamedTuple):
@@ -88,20 +88,100 @@ class Metrics(NamedTuple):
     failed: jax.Array
 
 
-@dataclasses.dataclass(frozen=True)
-class Trainer:
-    """The pure functions of one training configuration (hashable by identity: jit closes over it)."""
+class Collected(NamedTuple):
+    """One epoch's rollout before labelling ([num_envs, rollout_steps] each)."""
+
+    transitions: Transition  # reward still 0: `label` computes it
+    prev_view: RaceView  # the RaceView before each step
+    view: RaceView  # and after it
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Learner:
+    """The reward-free pure functions of one training configuration (hashable by identity).
+
+    Jitted code closes over a Learner, so one Learner serves every reward bank: keep it
+    (`Trainer.with_bank`) and the programs built from it are compiled once.
+    """
 
     config: TrainConfig
-    init: Callable  # (key, hparams, reward_index) -> TrainState
-    run_epochs: Callable  # (state, hparams, reward_index, num_epochs static) -> (state, Metrics [num_epochs])
-    train: Callable  # (key, hparams, reward_index) -> (state, Metrics [config.epochs])
+    init: Callable  # (key, hparams) -> TrainState
+    collect: Callable  # (state) -> (state, Collected)
+    learn: Callable  # (state, hparams, Collected, rewards f32[n, T]) -> (state, Metrics)
     policy: Callable  # (actor_params, carry f32[G], obs) -> (carry, action f32[2]), deterministic
     initial_carry: Callable  # () -> f32[G]
-    loss_fn: Callable  # (nets, target_critic, batch, reward_index, reward_params, hparams, key) -> Losses
+    loss_fn: Callable  # (nets, target_critic, batch, hparams, key) -> Losses
     sample: Callable  # (replay, key) -> Transition [batch_size, sequence_length]
     next_frames: Callable  # (sequence Transition [S], steps i32[T]) -> uint8[T, H, W, 3], pixels only
-    reward: Callable  # (reward_index i32[], reward_params f32[P], prev RaceView, action f32[2], view) -> f32[]
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Trainer:
+    """A Learner and a reward bank: the whole epoch (hashable by identity: jit closes over it)."""
+
+    learner: Learner
+    bank: RewardBank
+    config: TrainConfig  # the learner's, with this job's number of epochs
+
+    @property
+    def policy(self) -> Callable:
+        return self.learner.policy
+
+    @property
+    def initial_carry(self) -> Callable:
+        return self.learner.initial_carry
+
+    @property
+    def loss_fn(self) -> Callable:
+        return self.learner.loss_fn
+
+    @property
+    def sample(self) -> Callable:
+        return self.learner.sample
+
+    @property
+    def next_frames(self) -> Callable:
+        return self.learner.next_frames
+
+    def with_bank(self, bank: RewardBank, epochs: int | None = None) -> Trainer:
+        """The same learner (and so the same compiled programs) with another bank."""
+        config = self.config if epochs is None else dataclasses.replace(self.config, epochs=epochs)
+        return Trainer(self.learner, bank, config)
+
+    def reward(self, reward_index, reward_params, prev_view: RaceView, action, view: RaceView) -> jax.Array:
+        """f32[]: candidate `reward_index`'s reward of one transition (action f32[2]) with its weights f32[P]."""
+        return self.bank.evaluate(reward_index, prev_view, Action(steering=action[0], throttle_brake=action[1]),
+                                  view, reward_params)[0]
+
+    def label(self, collected: Collected, reward_index, reward_params) -> jax.Array:
+        """f32[num_envs, rollout_steps]: the run's reward of every collected step."""
+        def one(prev, action, view):
+            return self.reward(reward_index, reward_params, prev, action, view)
+
+        return jax.vmap(jax.vmap(one))(collected.prev_view, collected.transitions.action, collected.view)
+
+    def reward_params(self, hparams: HParams, reward_index) -> jax.Array:
+        """f32[P]: the run's weights (hparams.reward_params, or its candidate's defaults)."""
+        if hparams.reward_params is not None:
+            return jnp.asarray(hparams.reward_params, jnp.float32)
+        return self.bank.default_params()[reward_index]
+
+    def init(self, key, hparams: HParams, reward_index) -> TrainState:
+        del reward_index  # a run's state does not depend on its reward
+        return self.learner.init(key, hparams)
+
+    def epoch(self, state: TrainState, hparams: HParams, reward_index) -> tuple[TrainState, Metrics]:
+        state, collected = self.learner.collect(state)
+        rewards = self.label(collected, reward_index, self.reward_params(hparams, reward_index))
+        return self.learner.learn(state, hparams, collected, rewards)
+
+    def run_epochs(self, state: TrainState, hparams: HParams, reward_index, num_epochs: int):
+        """`num_epochs` (static) epochs in one scan; metrics stacked over them."""
+        return jax.lax.scan(lambda s, _: self.epoch(s, hparams, reward_index), state, None, length=num_epochs)
+
+    def train(self, key, hparams: HParams, reward_index):
+        """A whole run: (final TrainState, Metrics stacked over config.epochs)."""
+        return self.run_epochs(self.init(key, hparams, reward_index), hparams, reward_index, self.config.epochs)
 
 
 def _adam():
@@ -114,7 +194,12 @@ def _with_lr(opt_state, lr):
 
 
 def make_train(config: TrainConfig, env, env_params: EnvParams, bank: RewardBank) -> Trainer:
-    """Builds the pure training functions for `env` with rewards from `bank`.
+    """A Trainer for `env` with rewards from `bank` (see `make_learner` for env_params)."""
+    return Trainer(make_learner(config, env, env_params), bank, config)
+
+
+def make_learner(config: TrainConfig, env, env_params: EnvParams) -> Learner:
+    """Builds the reward-free training functions for `env`.
 
     `env_params` is shared by all envs, or has a leading axis of config.num_envs
     (from `jaxrace.envs.per_env_params`) to give each env its own scenario.
@@ -128,13 +213,7 @@ def make_train(config: TrainConfig, env, env_params: EnvParams, bank: RewardBank
     buffer = make_replay(config)
     carry0 = initial_carry(net)
     no_reset = jnp.zeros((), bool)
-
-    def reward_of(reward_index, params, prev_view, action, view):
-        """The run's reward of one transition (action f32[2]); the bank owns how it is computed."""
-        return bank.evaluate(reward_index, prev_view, Action(steering=action[0], throttle_brake=action[1]), view,
-                             params)[0]
-
-    loss_fn = make_losses(config, actor, critic, reward_of)
+    loss_fn = make_losses(config, actor, critic)
 
     def new_networks(key, one_obs):
         k_actor, k_critic = jax.random.split(key)
@@ -144,40 +223,26 @@ def make_train(config: TrainConfig, env, env_params: EnvParams, bank: RewardBank
         return dict(actor=actor_params, critic=critic_params, target_critic=critic_params,
                     actor_opt=opt.init(actor_params), critic_opt=opt.init(critic_params))
 
-    def init(key, hparams: HParams, reward_index) -> TrainState:
+    def init(key, hparams: HParams) -> TrainState:
         k_nets, k_env, k_run = jax.random.split(key, 3)
         rollout = acting.reset(k_env)
         one_obs = jax.tree.map(lambda x: x[0], rollout.obs)
         log_alpha = jnp.log(jnp.asarray(hparams.initial_alpha, jnp.float32))
-        view = jax.tree.map(lambda x: x[0], rollout.env_state.view)
-        example = Transition(obs=one_obs, action=jnp.zeros(2), prev_view=view, view=view,
+        example = Transition(obs=one_obs, action=jnp.zeros(2), reward=jnp.float32(0.0),
                              next_obs={k: v for k, v in one_obs.items() if k != "pixels"},
                              terminated=jnp.bool_(False), truncated=jnp.bool_(False), carry=carry0,
                              reset=jnp.bool_(True))
-        params = bank.default_params()[reward_index] if hparams.reward_params is None else hparams.reward_params
         return TrainState(
             **new_networks(k_nets, one_obs), log_alpha=log_alpha, alpha_opt=_adam().init(log_alpha),
             env_state=rollout.env_state, obs=rollout.obs, carry=rollout.carry, reset=rollout.reset,
-            replay=buffer.init(example), key=k_run, epoch=jnp.int32(0), failed=jnp.bool_(False),
-            reward_params=jnp.asarray(params, jnp.float32))
+            replay=buffer.init(example), key=k_run, epoch=jnp.int32(0), failed=jnp.bool_(False))
 
-    def collect(state: TrainState, reward_index, random_actions):
-        key, k_roll = jax.random.split(state.key)
-        start = Rollout(state.env_state, state.obs, state.carry, state.reset)
-        rollout, traj = acting.collect(state.actor, start, k_roll, random_actions)
-        rewards = jax.vmap(jax.vmap(lambda p, a, v: reward_of(reward_index, state.reward_params, p, a, v)))(
-            traj.prev_view, traj.action, traj.view)
-        progress = traj.view.progress - traj.prev_view.progress
-        state = state.replace(env_state=rollout.env_state, obs=rollout.obs, carry=rollout.carry,
-                              reset=rollout.reset, replay=buffer.add(state.replay, traj), key=key)
-        return state, jnp.mean(rewards), jnp.mean(progress)
-
-    def update(state: TrainState, hparams: HParams, reward_index):
+    def update(state: TrainState, hparams: HParams):
         key, k_sample, k_loss = jax.random.split(state.key, 3)
         batch = buffer.sample(state.replay, k_sample).experience  # [batch_size, sequence_length]
 
         def objective(nets):
-            out = loss_fn(nets, state.target_critic, batch, reward_index, state.reward_params, hparams, k_loss)
+            out = loss_fn(nets, state.target_critic, batch, hparams, k_loss)
             return out.critic + out.actor + out.alpha, out
 
         (_, out), (actor_grad, critic_grad, alpha_grad) = jax.value_and_grad(objective, has_aux=True)(
@@ -204,32 +269,34 @@ def make_train(config: TrainConfig, env, env_params: EnvParams, bank: RewardBank
         one_obs = jax.tree.map(lambda x: x[0], state.obs)
         return state.replace(**new_networks(k_nets, one_obs), key=key)
 
-    def epoch(state: TrainState, hparams: HParams, reward_index):
+    def collect(state: TrainState) -> tuple[TrainState, Collected]:
+        """The epoch's rollout (after a scheduled re-initialisation); uniform actions during warm-up."""
         if config.reinit_every:
             due = (state.epoch > 0) & (state.epoch % config.reinit_every == 0) & ~state.failed
             fresh = reinitialise(state)
             state = jax.tree.map(lambda f, s: jnp.where(due, f, s), fresh, state)
+        key, k_roll = jax.random.split(state.key)
+        start = Rollout(state.env_state, state.obs, state.carry, state.reset)
+        rollout, traj, (prev_view, view) = acting.collect(state.actor, start, k_roll,
+                                                          state.epoch < config.warmup_epochs)
+        state = state.replace(env_state=rollout.env_state, obs=rollout.obs, carry=rollout.carry,
+                              reset=rollout.reset, key=key)
+        return state, Collected(traj, prev_view, view)
+
+    def learn(state: TrainState, hparams: HParams, collected: Collected, rewards) -> tuple[TrainState, Metrics]:
+        """Stores the labelled rollout, then `updates_per_epoch` updates (none during warm-up)."""
         random_actions = state.epoch < config.warmup_epochs
-        state, mean_reward, mean_progress = collect(state, reward_index, random_actions)
-
-        def body(s, _):
-            return update(s, hparams, reward_index)
-
-        trained_state, (c_loss, a_loss) = jax.lax.scan(body, state, None, length=config.updates_per_epoch)
+        traj = collected.transitions._replace(reward=jnp.asarray(rewards, jnp.float32))
+        state = state.replace(replay=buffer.add(state.replay, traj))
+        trained_state, (c_loss, a_loss) = jax.lax.scan(lambda s, _: update(s, hparams), state, None,
+                                                       length=config.updates_per_epoch)
         state = jax.tree.map(lambda w, t: jnp.where(random_actions, w, t), state, trained_state)
-        metrics = Metrics(reward=mean_reward, progress=mean_progress, critic_loss=jnp.mean(c_loss),
-                          actor_loss=jnp.mean(a_loss), alpha=jnp.exp(state.log_alpha), failed=state.failed)
+        progress = collected.view.progress - collected.prev_view.progress
+        metrics = Metrics(reward=jnp.mean(traj.reward), progress=jnp.mean(progress),
+                          critic_loss=jnp.mean(c_loss), actor_loss=jnp.mean(a_loss),
+                          alpha=jnp.exp(state.log_alpha), failed=state.failed)
         return state.replace(epoch=state.epoch + 1), metrics
 
-    def run_epochs(state: TrainState, hparams: HParams, reward_index, num_epochs: int):
-        """`num_epochs` (static) epochs; metrics stacked over them."""
-        return jax.lax.scan(lambda s, _: epoch(s, hparams, reward_index), state, None, length=num_epochs)
-
-    def train(key, hparams: HParams, reward_index):
-        """A whole run: (final TrainState, Metrics stacked over config.epochs)."""
-        return run_epochs(init(key, hparams, reward_index), hparams, reward_index, config.epochs)
-
-    return Trainer(config=config, init=init, run_epochs=run_epochs, train=train, policy=acting.policy,
+    return Learner(config=config, init=init, collect=collect, learn=learn, policy=acting.policy,
                    initial_carry=lambda: carry0, loss_fn=loss_fn,
-                   sample=lambda replay, key: buffer.sample(replay, key).experience, next_frames=next_frames,
-                   reward=reward_of)
+                   sample=lambda replay, key: buffer.sample(replay, key).experience, next_frames=next_frames)

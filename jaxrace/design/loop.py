@@ -22,10 +22,12 @@ what it would have drawn the first time.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
 import math
 import re
+import threading
 import time
 import warnings
 import zlib
@@ -108,6 +110,20 @@ class Envs:
         return cls(train_env, train_params, race_env, race_params, steps, clip_steps, ref_lap)
 
 
+def _start_sandbox_in_background() -> None:
+    """Starts the reward sandbox's worker (a second of importing JAX) while the bootstrap runs.
+
+    A failure here is ignored: the first build starts the worker again and reports it.
+    """
+    from jaxrace.rewards import sandbox
+
+    def start():
+        with contextlib.suppress(Exception):
+            sandbox.isolation()
+
+    threading.Thread(target=start, name="sandbox-start", daemon=True).start()
+
+
 class Loop:
     """One run of the loop over a run directory (see the module docstring)."""
 
@@ -124,6 +140,7 @@ class Loop:
         self._vlm = None
         self._human = None
         self._record = None
+        self._learner = None  # one per process: its programs serve every iteration's bank
         self.last_iteration = config.iterations  # one more for each retried iteration (run_all)
 
     # -- plumbing --------------------------------------------------------------------------------------
@@ -136,13 +153,17 @@ class Loop:
 
     @contextmanager
     def _stage(self, name: str):
+        from jaxrace.design.compilation import CompileClock
+
         t0 = time.perf_counter()
         self.run.log(f"{name}: started")
-        yield
+        with CompileClock() as clock:
+            yield
         seconds = time.perf_counter() - t0
-        self.run.mark_done(name, seconds)
-        self.run.log(f"{name}: finished in {seconds:.1f} s")
-        self.display.line(f"{name}: finished in {seconds:.1f} s")
+        self.run.mark_done(name, seconds, compile_seconds=round(clock.seconds, 3))
+        said = f"{name}: finished in {seconds:.1f} s ({clock.seconds:.1f} s compiling)"
+        self.run.log(said)
+        self.display.line(said)
 
     def stage(self, name: str, fn, *args) -> None:
         if self.run.done(name):
@@ -186,6 +207,8 @@ class Loop:
     def run_all(self) -> Path:
         c = self.config
         self.run.log(f"run: task {c.task!r}, preset {c.preset}, {c.iterations} iterations of M={c.m}, N={c.n}")
+        if not self.run.done(f"iter{c.iterations}/generate"):
+            _start_sandbox_in_background()
         if c.bootstrap_races:
             self.stage("bootstrap", self.bootstrap)
         k, retries = 1, 0
@@ -404,15 +427,18 @@ class Loop:
         return RewardBank.from_compiled([load_reward(self.run.file(f"{folder}/{n}.jaxreward")) for n in names])
 
     def _trainer(self, k, bank):
-        from jaxrace.agents import NetworkConfig, TrainConfig, make_train
+        from jaxrace.agents import NetworkConfig, TrainConfig
+        from jaxrace.agents.trainer import Trainer, make_learner
 
         c = self.config
-        network = NetworkConfig(recurrent=c.recurrent, hidden=c.hidden, actor_input=c.actor_input)
-        config = TrainConfig(network=network, num_envs=c.num_envs, rollout_steps=c.rollout_steps,
-                             updates_per_epoch=c.updates_per_epoch, batch_size=c.batch_size,
-                             replay_size=c.replay_size, warmup_epochs=c.warmup_epochs,
-                             epochs=c.final_epochs if k == "final" else c.epochs)
-        return make_train(config, self.envs.train_env, self.envs.train_params, bank)
+        if self._learner is None:
+            network = NetworkConfig(recurrent=c.recurrent, hidden=c.hidden, actor_input=c.actor_input)
+            config = TrainConfig(network=network, num_envs=c.num_envs, rollout_steps=c.rollout_steps,
+                                 updates_per_epoch=c.updates_per_epoch, batch_size=c.batch_size,
+                                 replay_size=c.replay_size, warmup_epochs=c.warmup_epochs, epochs=c.epochs)
+            self._learner = make_learner(config, self.envs.train_env, self.envs.train_params)
+        epochs = c.final_epochs if k == "final" else c.epochs
+        return Trainer(self._learner, bank, dataclasses.replace(self._learner.config, epochs=epochs))
 
     def _prepare_final(self) -> None:
         from jaxrace.rewards import library_reward, load_reward
@@ -797,7 +823,7 @@ def run_design(config: DesignConfig, run_dir: str | Path, *, quiet: bool = False
 
     Raises `ConfigMismatch` when `run_dir` holds a run of another config.
     """
-    from jaxrace.design.compile_cache import enable_compile_cache
+    from jaxrace.design.compilation import enable_compile_cache
 
     enable_compile_cache()
     run = RunDir.open(run_dir, config)

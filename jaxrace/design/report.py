@@ -313,13 +313,16 @@ def build_report(run: RunDir) -> str:
     tokens = _tokens_by_stage(run)
     cell = lambda name: (f"{tokens[name][0]:,}{'*' if tokens[name][1] else ''}" if name in tokens  # noqa: E731
                          else "0")
-    rows = [[_e(name), round(info["seconds"], 1), cell(name)] for name, info in stages.items()]
+    compiling = lambda info: round(info.get("compile_seconds", 0.0), 1)  # noqa: E731 (absent in older runs)
+    rows = [[_e(name), round(info["seconds"], 1), compiling(info), cell(name)] for name, info in stages.items()]
     total = sum(info["seconds"] for info in stages.values())
+    total_compile = sum(compiling(info) for info in stages.values())
     all_tokens = sum(t for t, _ in tokens.values())
     estimated = any(e for _, e in tokens.values())
     parts.append('<h2 id="time">Time and tokens per stage</h2>'
-                 + _table(["stage", "seconds", "LLM tokens"],
-                          rows + [["<b>total</b>", round(total, 1), f"{all_tokens:,}{'*' if estimated else ''}"]])
+                 + _table(["stage", "seconds", "of which compiling", "LLM tokens"],
+                          rows + [["<b>total</b>", round(total, 1), round(total_compile, 1),
+                                   f"{all_tokens:,}{'*' if estimated else ''}"]])
                  + ('<p class="note">* estimated at 4 characters a token: the offline proposer is not an LLM and '
                     "counts none.</p>" if estimated else ""))
     parts.append(f"<details><summary>Configuration</summary><pre>{_e(json.dumps(config.to_dict(), indent=1))}"

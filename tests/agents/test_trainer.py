@@ -51,6 +51,7 @@ def trainer(setup):
 
 
 def test_vmapped_runs_differ_by_seed_and_match_the_unvmapped_run(trainer):
+    """train_many's split programs (collect, label, learn) against one fused, unvmapped run."""
     key = jax.random.key(0)
     states, metrics, _ = train_many(trainer, key, [0], seeds_per_reward=2, chunk_epochs=2)
     assert metrics.critic_loss.shape == (2, 4)
@@ -79,11 +80,14 @@ def test_a_failing_candidate_is_frozen_and_does_not_touch_the_others(trainer):
     assert all(np.all(np.isfinite(np.asarray(x[1]))) for x in jax.tree.leaves(with_bad.actor))
 
 
-TRAINING_DIGEST = "ef4d2ad4f6f85eb123e6e10f"
+TRAINING_DIGEST = "163412680ae12183ce34b8a7"
 
 
 def test_a_short_training_chunk_is_bit_identical_to_the_pinned_one(trainer):
-    """Pinned before the trainer was split into modules; a refactor must not change it.
+    """Pinned when replay began to store rewards (train_many's split programs); a refactor must not change it.
+
+    (The fused program gave the earlier pin bit for bit at that change; it matches these
+    runs to rounding, see the vmapped-runs test.)
 
     (The job shape is the one the failing-candidate test compiles, so this costs no compile.)
     """
@@ -254,3 +258,20 @@ def test_the_trainer_rewards_each_run_with_its_own_candidate_and_params():
         want = jax.vmap(bank.evaluate, in_axes=(None, 0, 0, 0, None))(index, prev, action, curr, weights[index])[0]
         np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
     assert not np.allclose(got, jax.vmap(bank.evaluate, in_axes=(None, 0, 0, 0))(1, prev, action, curr)[0])
+
+
+def test_a_new_bank_compiles_only_the_small_labelling_program(trainer):
+    from jaxrace.design.compilation import CompileClock
+
+    programs = {f"jit({name})" for name in ("_init_runs", "_collect", "_label", "_learn")}
+    with CompileClock() as first:
+        _, before, _ = train_many(trainer, jax.random.key(8), [0], seeds_per_reward=2, chunk_epochs=2)
+    # Another bank, with another number of PARAMS: rewards differ, the bank-free programs do not.
+    other = trainer.with_bank(RewardBank.from_compiled([library_reward("gt_sophy")]))
+    assert other.learner is trainer.learner and other.bank.num_params != trainer.bank.num_params
+    with CompileClock() as second:
+        _, after, _ = train_many(other, jax.random.key(8), [0], seeds_per_reward=2, chunk_epochs=2)
+    assert [p for p in second.programs if p in programs] == ["jit(_label)"], (first.programs, second.programs)
+    # Warm-up (epoch 0) acts at random from the same key: the same steps, rewarded by the new bank.
+    np.testing.assert_array_equal(before.progress[:, 0], after.progress[:, 0])
+    assert not np.allclose(before.reward[:, 0], after.reward[:, 0])
