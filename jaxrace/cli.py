@@ -293,7 +293,8 @@ def _design(args) -> int:
                              base_url=base_url, model=model, replay_from=args.replay_from,
                              judge_base_url=args.judge_base_url, judge_model=args.judge_model,
                              judge_host=args.judge_host, judge_port=args.judge_port,
-                             judge_timeout_s=args.judge_timeout, tune_weights=args.tune_weights)
+                             judge_timeout_s=args.judge_timeout,
+                             tune_weights="" if args.tune_weights == "off" else args.tune_weights)
     except ValueError as err:
         print(f"jaxrace design: error: {err}", file=sys.stderr)
         return 2
@@ -395,9 +396,10 @@ def main(argv=None) -> int:
     design.add_argument("--judge-port", type=int, default=None, help="human: the page's port (default: a free one)")
     design.add_argument("--judge-timeout", type=float, default=None,
                         help="human: seconds to wait for labels before the pairs left become skips (default 3600)")
-    design.add_argument("--tune-weights", default=None, choices=("grad", "mh", "soft-tac"),
+    design.add_argument("--tune-weights", default=None, choices=("grad", "mh", "soft-tac", "off"),
                         help="after each iteration, tune the best program's weights from the preferences and carry "
-                             "the tuned program into the next (default: the preset's; standard and paper: grad)")
+                             "the tuned program into the next (default: the preset's; standard and paper: grad; "
+                             "off: never)")
     design.add_argument("--run-dir", default=None, help="the run directory; an existing one is resumed")
     design.add_argument("--iterations", type=int, default=None, help="K")
     design.add_argument("-m", type=int, default=None, help="programs generated per iteration")

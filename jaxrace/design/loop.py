@@ -193,7 +193,7 @@ class Loop:
                 from jaxrace.judges.human import HumanJudge
 
                 def notify(text):
-                    self.run.log(text)
+                    self.run.log(re.sub(r"token=[\w-]+", "token=<printed on the terminal>", text))
                     self.display.notice(text)
 
                 self._human = HumanJudge(self.store, host=c.judge_host, port=c.judge_port,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import difflib
 import html
+import itertools
 import json
 from collections import Counter
 from pathlib import Path
@@ -142,7 +143,7 @@ def _iteration(run: RunDir, k: int, previous_best: tuple[str, str] | None) -> tu
     select = run.read_json(f"{d}/select.json") if run.exists(f"{d}/select.json") else None
     rank = run.read_json(f"{d}/rank.json") if run.exists(f"{d}/rank.json") else None
     tries = attempts["attempts"]
-    failed = [a for a in tries if a["stage"] != "ok"]
+    refused = [a for a in tries if a["stage"] != "ok"]
     stages = ", ".join(f"{n} {stage}" for stage, n in Counter(a["stage"] for a in tries).items())
     out.append(f"<p>{len(candidates)} candidates; the LLM was asked {len(tries)} times ({stages}), "
                f"{attempts['tokens']:,} tokens"
@@ -164,13 +165,14 @@ def _iteration(run: RunDir, k: int, previous_best: tuple[str, str] | None) -> tu
         if rank and name in rank["names"]:
             i = rank["names"].index(name)
             score, err = rank["scores"][i], rank["stderr"][i]
-        failed = bool(rank and rank["failed"].get(name))
-        status = "not trained" if not chosen else "failed in training" if failed else "trained"
+        diverged = bool(rank and rank["failed"].get(name))
+        status = "not trained" if not chosen else "failed in training" if diverged else "trained"
         bt = "-" if score is None else f"{score:+.2f} &plusmn; {err:.2f}"
         race = rank["races"].get(name, {}) if rank else {}
         rows.append([_e(name), _e(c["origin"]), _e(", ".join(c["components"])), _num(tac), status, bt,
                      *_race_cells(race)])
-        classes.append("best" if rank and name == rank["best"] else "failed" if failed else "")
+        best_here = rank and rank["parents"] and name == rank["best"]
+        classes.append("best" if best_here else "failed" if diverged else "")
     out.append(_table(["candidate", "origin", "components", "TAC", "training", "Bradley-Terry", *RACE_HEADER],
                       rows, classes))
     if rank:
@@ -180,8 +182,10 @@ def _iteration(run: RunDir, k: int, previous_best: tuple[str, str] | None) -> tu
         out.append(svg_error_bars(names, [rank["scores"][i] for i in idx], [rank["stderr"][i] for i in idx]))
     if run.exists(f"{d}/train/curves.json"):
         out.append("<h3>Training</h3>" + _curves(run.read_json(f"{d}/train/curves.json")))
-    if rank and rank["best"] is None:
-        out.append('<p class="note">Every candidate failed in training: there is no best agent yet.</p>'
+    if rank and not rank["parents"]:
+        kept = ("there is no best agent yet" if rank["best"] is None else
+                f"the best agent is still {_e(rank['best'])}, from {_e(rank.get('best_folder', 'before'))}")
+        out.append(f'<p class="note">Every candidate of this iteration failed in training: {kept}.</p>'
                    "<h4>Feedback to the next iteration (the next prompt's)</h4>"
                    f"<pre class='wrap'>{_e(run.file(f'{d}/feedback.txt').read_text())}</pre>")
     elif rank:
@@ -202,11 +206,11 @@ def _iteration(run: RunDir, k: int, previous_best: tuple[str, str] | None) -> tu
                    f'{st["disagreements"]} where the two orders disagreed (ties); {bias}.</p>')
     if run.exists(f"{d}/tune.json"):
         out.append(_tuned(run.read_json(f"{d}/tune.json")))
-    if failed:
+    if refused:
         out.append("<h3>Refused samples and repairs</h3>" + _table(
             ["sample", "repair", "stage", "line", "error"],
             [[a["sample"] + 1, a["repair"], _e(a["stage"]), _e(a.get("line")), f"<pre>{_e(a['error'])}</pre>"]
-             for a in failed]))
+             for a in refused]))
     out.append("<h3>Sources</h3>")
     for c in candidates:
         source = run.file(f"{d}/candidates/{c['name']}.py").read_text(encoding="utf-8")
@@ -241,8 +245,9 @@ def _tuned(t: dict) -> str:
 
 def _curves(curves: dict) -> str:
     labels = [f"{r['candidate']} s{r['seed']}" for r in curves["runs"]]
-    progress = {label: row for label, row in zip(labels, curves["progress"], strict=True)}
-    reward = {label: row for label, row in zip(labels, curves["reward"], strict=True)}
+    as_floats = lambda rows: [[float(v) for v in row] for row in rows]  # noqa: E731 ("nan" is stored as a string)
+    progress = dict(zip(labels, as_floats(curves["progress"]), strict=True))
+    reward = dict(zip(labels, as_floats(curves["reward"]), strict=True))
     return (svg_lines(progress, xlabel="epoch", ylabel="progress (m/step)")
             + svg_lines(reward, xlabel="epoch", ylabel="own reward per step"))
 
@@ -296,8 +301,9 @@ def build_report(run: RunDir) -> str:
              f"<p>Preset <b>{_e(config.preset)}</b>, LLM <b>{_e(config.llm)}</b>, judge <b>{_e(config.judge)}</b>, "
              f"track <b>{_e(config.track)}</b>, {config.iterations} iterations of M={config.m}, N={config.n}, "
              f"{config.seeds} seed(s). Run directory <code>{_e(run.path.resolve())}</code>.</p>"]
-    iterations = [k for k in range(1, config.iterations + 2) if run.exists(f"iter{k}/candidates.json")] or list(
-        range(1, config.iterations + 1))  # + 1: an iteration retried after every candidate failed
+    # every iteration begun, retried ones included (a retry adds one after the configured ones)
+    iterations = list(itertools.takewhile(lambda k: run.exists(f"iter{k}/candidates.json"), itertools.count(1)))
+    iterations = iterations or list(range(1, config.iterations + 1))
     nav = " | ".join(f'<a href="#iter{k}">iteration {k}</a>' for k in iterations)
     parts.append(f"<p>{nav} | <a href='#final'>final agent</a> | <a href='#time'>time and tokens</a></p>")
     if run.exists("bootstrap/races.json"):

@@ -74,7 +74,7 @@ class RunDir:
         run = cls(path)
         stored = run.path / CONFIG
         if stored.exists():
-            old = run.config()
+            old = run.config(fill_from=config)
             if old != config and not old.changes(config, ignore=OPERATIONAL):
                 atomic_write_json(stored, config.to_dict())  # only where the human page listens changed: kept
             elif old != config:
@@ -89,9 +89,16 @@ class RunDir:
             atomic_write_json(stored, config.to_dict())
         return run
 
-    def config(self) -> DesignConfig:
+    def config(self, fill_from: DesignConfig | None = None) -> DesignConfig:
+        """The run's config. Fields it predates take their values from `fill_from` (the resuming
+        command's), which are stored: the run never chose them."""
         data = self.read_json(CONFIG)
         data = {k: float(v) if isinstance(v, str) and v in ("inf", "-inf", "nan") else v for k, v in data.items()}
+        missing = {k: v for k, v in (fill_from.to_dict() if fill_from else {}).items() if k not in data}
+        if missing:
+            data.update(missing)
+            atomic_write_json(self.path / CONFIG, data)
+            self.log(f"run: config fields added since this run began, taken from this command: {missing}")
         return DesignConfig(**data)
 
     def file(self, rel: str) -> Path:

@@ -12,6 +12,7 @@ run's token (in the URL printed once, then a cookie), compared in constant time.
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import secrets
 import threading
@@ -23,7 +24,11 @@ from jaxrace.judges.base import Verdict
 from jaxrace.rewards.preferences import LABELS, PreferenceStore
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
-TOKEN_COOKIE = "jaxrace_token"
+
+
+def token_cookie(token: str) -> str:
+    """The cookie's name for one token: two runs' pages in one browser keep their own cookies."""
+    return "jaxrace_token_" + hashlib.sha256(token.encode()).hexdigest()[:12]
 
 
 def create_app(store_path: str | Path, *, token: str | None = None, on_label=None):
@@ -33,7 +38,7 @@ def create_app(store_path: str | Path, *, token: str | None = None, on_label=Non
         token: required on every request when set (`?token=` once, then the cookie the page sets).
         on_label: called with the preference key after each stored label (the loop's wake-up).
     """
-    from flask import Flask, abort, jsonify, request, send_file
+    from flask import Flask, abort, g, jsonify, request, send_file
 
     store_path = Path(store_path)
     app = Flask("jaxrace.judges.human")
@@ -44,18 +49,23 @@ def create_app(store_path: str | Path, *, token: str | None = None, on_label=Non
         return PreferenceStore(store_path)
 
     @app.before_request
-    def check_token():
+    def check_access():
         if token is None:
+            # Loopback only: a page from another site, rebound by DNS to 127.0.0.1, sends its own name.
+            host = request.host.rsplit(":", 1)[0] if not request.host.endswith("]") else request.host
+            if host.strip("[]") not in LOOPBACK:
+                return jsonify(error=f"this page answers on a loopback address only, not {request.host!r}"), 403
             return None
-        given = request.args.get("token") or request.cookies.get(TOKEN_COOKIE) or ""
+        given = request.args.get("token") or request.cookies.get(token_cookie(token)) or ""
         if not hmac.compare_digest(given.encode(), token.encode()):
             return jsonify(error="this page needs its token: open the URL the loop printed"), 403
+        g.token_in_url = bool(request.args.get("token"))  # and it matched
         return None
 
     @app.after_request
     def remember_token(response):
-        if token is not None and request.args.get("token"):
-            response.set_cookie(TOKEN_COOKIE, token, httponly=True, samesite="Strict")
+        if token is not None and g.get("token_in_url"):
+            response.set_cookie(token_cookie(token), token, httponly=True, samesite="Strict")
         response.headers["Cache-Control"] = "no-store"
         return response
 
@@ -116,9 +126,12 @@ def create_app(store_path: str | Path, *, token: str | None = None, on_label=Non
                     return jsonify(error=f"no queued pair {key!r}"), 404
                 return jsonify(error=f"pair {key!r} is already labelled ({done.label} by {done.judge_id})"), 409
             q = queued[key]
-            store.add_preference(q.key, iteration=q.iteration, first=q.first, second=q.second, label=choice,
-                                 judge_kind="human", judge_id=annotator, rationale=str(body.get("note") or ""),
-                                 seconds=seconds)
+            stored = store.add_preference(q.key, iteration=q.iteration, first=q.first, second=q.second,
+                                          label=choice, judge_kind="human", judge_id=annotator,
+                                          rationale=str(body.get("note") or ""), seconds=seconds)
+            if (stored.label, stored.judge_kind, stored.judge_id) != (choice, "human", annotator):
+                # another tab, or the loop's timeout, stored this pair first: say so, do not claim it saved
+                return jsonify(error=f"pair {key!r} is already labelled ({stored.label} by {stored.judge_id})"), 409
             done, total = store.queue_progress(q.iteration)
         if on_label is not None:
             on_label(key)
@@ -190,7 +203,8 @@ class HumanJudge:
 
     One server for the judge's life: the URL printed once stays valid across rounds and
     iterations, and between them the page says it waits for more. `judge_many` returns once
-    every pair has a label or `timeout_s` passed; pairs still unlabelled then are stored as
+    every pair has a label, or after `timeout_s` without a new one (an idle timeout: a
+    person labelling steadily is never cut off); pairs still unlabelled then are stored as
     skips whose rationale says so, so the loop goes on and nothing waits forever.
     """
 
@@ -223,17 +237,19 @@ class HumanJudge:
                                            on_label=lambda _: self._wake.set())
             pairs_text = f"{len(missing)} pair{'s' if len(missing) != 1 else ''}"
             self.notify(f"waiting for a person to label {pairs_text} of clips: open {self.url} "
-                        f"(timeout {self.timeout_s:.0f} s; pairs left then become skips)")
+                        f"(after {self.timeout_s:.0f} s without a label, the pairs left become skips)")
             deadline = time.monotonic() + self.timeout_s
-            while self._missing(keys) and (left := deadline - time.monotonic()) > 0:
+            while (now_missing := len(self._missing(keys))) and (left := deadline - time.monotonic()) > 0:
                 # woken by each label; the poll catches labels from a page in another process
                 self._wake.wait(min(left, self.poll_s))
                 self._wake.clear()
+                if len(self._missing(keys)) < now_missing:
+                    deadline = time.monotonic() + self.timeout_s
         for key in self._missing(keys):
             first, second = next((a, b) for k, a, b in pairs if k == key)
             self.store.add_preference(key, iteration=iteration, first=first, second=second, label="skip",
                                       judge_kind=self.kind, judge_id="timeout",
-                                      rationale=f"no label within {self.timeout_s:.0f} s")
+                                      rationale=f"no label for {self.timeout_s:.0f} s (idle timeout)")
         out = {}
         for key in keys:
             p = self.store.preference(key)

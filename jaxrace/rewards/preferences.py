@@ -93,6 +93,18 @@ CREATE TABLE IF NOT EXISTS meta (
 MIGRATIONS = ((1, _SCHEMA_V1), (2, _SCHEMA_V2))
 
 
+def _statements(script: str) -> list[str]:
+    """The SQL statements of a script, one by one (executescript would commit our transaction)."""
+    out, current = [], ""
+    for piece in script.split(";"):
+        current += piece + ";"
+        if sqlite3.complete_statement(current):
+            if current.strip(" \n;"):
+                out.append(current.strip())
+            current = ""
+    return out
+
+
 @dataclasses.dataclass(frozen=True)
 class ClipRow:
     """A stored clip: where it comes from, its race metrics and where its arrays are."""
@@ -180,14 +192,23 @@ class PreferenceStore:
         self._migrate()
 
     def _migrate(self) -> None:
-        version = self._db.execute("PRAGMA user_version").fetchone()[0]
+        version = self.schema_version
         if version > SCHEMA_VERSION:
             raise RuntimeError(f"{self.path}: preference store schema {version} is newer than this jaxrace "
                                f"understands ({SCHEMA_VERSION}); upgrade jaxrace")
+        if version == SCHEMA_VERSION:
+            return  # nothing to write: a current store opens read-only-safe
         for target, script in MIGRATIONS:
-            if target > version:
-                # IF NOT EXISTS everywhere: a second process migrating at the same moment changes nothing
-                self._db.executescript(f"BEGIN IMMEDIATE; {script} PRAGMA user_version={target}; COMMIT;")
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                # read again under the write lock: another process may have migrated meanwhile
+                if self.schema_version < target:
+                    for statement in _statements(f"{script} PRAGMA user_version={target};"):
+                        self._db.execute(statement)
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
 
     @property
     def schema_version(self) -> int:

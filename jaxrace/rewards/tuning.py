@@ -301,7 +301,9 @@ def linear_model(bank: RewardBank, clips: Clip, key: jax.Array, rtol: float = 1e
     probes = jnp.where(defaults != 0, defaults * jnp.exp(noise), noise)
     base, jacobian, at_probes = _returns_and_jacobian(bank, clips, defaults, probes)
     predicted = base[None] + jnp.einsum("nkw,snw->snk", jacobian, probes - defaults[None])
-    holds = np.asarray(jnp.all(jnp.abs(at_probes - predicted) <= rtol * (1.0 + jnp.abs(at_probes)), axis=(0, 2)))
+    # Relative to each candidate's own scale of returns (returns of 1e-3 must not pass on an absolute slack).
+    scale = jnp.max(jnp.abs(at_probes), axis=(0, 2), keepdims=True) + 1e-30
+    holds = np.asarray(jnp.all(jnp.abs(at_probes - predicted) <= rtol * scale, axis=(0, 2)))
     return {"base": base - jnp.einsum("nkw,nw->nk", jacobian, defaults), "jacobian": jacobian}, holds
 
 
@@ -406,7 +408,8 @@ def tune(bank: RewardBank, first: Clip, second: Clip, labels, config: TuningConf
         if not np.all(np.isfinite(theta)) or not np.all(np.isfinite(weights)):
             tuned, reason = False, "diverged: a weight is not finite"
         elif np.max(np.abs(theta[defaults[n, :len(own)] != 0]), initial=0.0) > math.log(config.max_change):
-            worst = own[int(np.argmax(np.abs(theta)))]
+            moved = np.where(defaults[n, :len(own)] != 0, np.abs(theta[:len(own)]), -np.inf)
+            worst = own[int(np.argmax(moved))]
             tuned, reason = False, f"diverged: {worst} moved by more than {config.max_change:g}x"
         elif ll_a is not None and ll_b is not None and ll_a < ll_b:
             tuned, reason = False, f"held-out log-likelihood fell ({ll_b:.3f} -> {ll_a:.3f} per pair)"

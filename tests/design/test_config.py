@@ -62,3 +62,17 @@ def test_a_run_directory_refuses_another_config_and_foreign_folders(tmp_path):
     assert json.loads(run.file("config.json").read_text())["judge_beta"] == "inf"
     atomic_write_json(tmp_path / "x.json", {"a": float("nan")})
     assert not list(tmp_path.glob(".*.tmp"))
+
+
+def test_a_run_made_before_a_config_field_existed_resumes_with_the_commands_value(tmp_path):
+    standard = PRESETS["standard"]
+    run = RunDir.open(tmp_path / "run", standard)
+    stored = json.loads(run.file("config.json").read_text())
+    del stored["tune_weights"]  # as written before weight tuning existed
+    run.file("config.json").write_text(json.dumps(stored))
+    assert RunDir.open(tmp_path / "run", standard).config() == standard
+    assert json.loads(run.file("config.json").read_text())["tune_weights"] == "grad"
+    assert "config fields added since this run began, taken from this command: {'tune_weights': 'grad'}" in (
+        run.file("log.txt").read_text())
+    with pytest.raises(ConfigMismatch, match="tune_weights: 'grad' -> ''"):  # once stored, it is the run's
+        RunDir.open(tmp_path / "run", dataclasses.replace(standard, tune_weights=""))

@@ -23,6 +23,9 @@ def write_failed_iteration(run: RunDir, k: int, names: list[str]) -> None:
     run.write_json(f"iter{k}/race/metrics.json", {"runs": [], "races": [[RACE] for _ in names],
                                                   "reference_lap": 30.0})
     run.write_json(f"iter{k}/race/components.json", [])
+    run.write_json(f"iter{k}/candidates.json", [{"name": n, "origin": "offline", "components": ["speed"],
+                                                 "params": {}} for n in names])
+    run.write_json(f"iter{k}/attempts.json", {"attempts": [], "tokens": 0, "stopped": None})
 
 
 def test_every_candidate_failing_keeps_the_previous_best_and_says_so(tmp_path):
@@ -52,6 +55,12 @@ def test_every_candidate_failing_keeps_the_previous_best_and_says_so(tmp_path):
     loop.rank(3)
     assert json.loads(run.file("iter3/rank.json").read_text())["best_folder"] == "iter2/candidates"
     assert loop._best(3) == ("i2-c1", "iter2/candidates")
+    from jaxrace.design.report import _iteration
+
+    section, _ = _iteration(run, 3, None)
+    assert ("Every candidate of this iteration failed in training: the best agent is still i2-c1, from "
+            "iter2/candidates.") in section
+    assert 'class="best"' not in section and "The best agent" not in section
 
     # the final stage: the winner (from iteration 2's folder) and the library rewards; none when nothing trained
     final_config = load_config("quick", bootstrap_races=0, iterations=3)

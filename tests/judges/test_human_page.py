@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from jaxrace.envs.video import write_video
-from jaxrace.judges.human import HumanJudge, HumanServer
+from jaxrace.judges.human import HumanJudge, HumanServer, token_cookie
 from jaxrace.rewards.preferences import PreferenceStore
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -138,10 +138,10 @@ def test_a_person_labels_pairs_with_keys_types_feedback_and_a_reload_resumes(tmp
     store.close()
 
 
-def _request(url, body=None, cookie=None):
+def _request(url, body=None, cookie=None, host=None):
     data = None if body is None else json.dumps(body).encode()
     req = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"} | (
-        {"Cookie": cookie} if cookie else {}))
+        {"Cookie": cookie} if cookie else {}) | ({"Host": host} if host else {}))
     try:
         with urllib.request.urlopen(req, timeout=10) as response:
             status, raw, headers = response.status, response.read(), response.headers
@@ -163,6 +163,10 @@ def test_the_api_rejects_bad_labels_and_another_address_needs_the_token(tmp_path
         assert status == 409 and "already labelled (tie by anonymous)" in body["error"]
         assert _request(base + "api/feedback", {"iteration": 1, "text": "  "})[0] == 400
         assert _request(base + f"clip/{ids[0] + 100}")[:2] == (404, {"error": f"not found: /clip/{ids[0] + 100}"})
+        # A page from another site rebound by DNS to 127.0.0.1 names its own host: refused.
+        status, body, _ = _request(base + "api/state", host=f"evil.example:{server.port}")
+        assert status == 403 and "loopback address only, not 'evil.example:" in body["error"]
+        assert _request(base + "api/state", host=f"localhost:{server.port}")[0] == 200
     assert [(p.label, p.seconds) for p in store.preferences()] == [("tie", 3.0)]
 
     with HumanServer(store.path, host="127.0.0.2") as server:  # not loopback's usual address: a token
@@ -170,11 +174,30 @@ def test_the_api_rejects_bad_labels_and_another_address_needs_the_token(tmp_path
         base = f"http://127.0.0.2:{server.port}/"
         status, body, _ = _request(base + "api/state")
         assert status == 403 and "token" in body["error"]
-        assert _request(base + "api/state?token=wrong")[0] == 403
+        status, _, headers = _request(base + "api/state?token=wrong")
+        assert status == 403 and headers.get("Set-Cookie") is None  # a wrong token learns nothing
         status, body, headers = _request(server.url)  # the page, once with the token: it sets the cookie
-        assert status == 200 and "jaxrace_token=" in headers["Set-Cookie"]
-        status, body, _ = _request(base + "api/state", cookie=f"jaxrace_token={server.token}")
+        cookie = token_cookie(server.token)
+        assert status == 200 and headers["Set-Cookie"].startswith(f"{cookie}={server.token};")
+        assert "HttpOnly" in headers["Set-Cookie"]
+        status, body, _ = _request(base + "api/state", cookie=f"{cookie}={server.token}")
         assert status == 200 and body["done"] == 1 and body["pair"] is None
+        assert _request(base + "api/state", cookie=f"{cookie}=wrong")[0] == 403
+    assert token_cookie("a") != token_cookie("b")  # two runs' pages in one browser keep their cookies
+    store.close()
+
+
+def test_a_label_that_loses_a_race_is_refused_not_reported_saved(tmp_path, monkeypatch):
+    store, ids = _store_with_pairs(tmp_path, pairs=1)
+    (queued,) = store.pending()
+    store.add_preference(queued.key, iteration=1, first=queued.first, second=queued.second, label="skip",
+                         judge_kind="human", judge_id="timeout")
+    # The page checked the queue before the timeout's skip went in: it still sees the pair pending.
+    monkeypatch.setattr(PreferenceStore, "pending", lambda self: [queued])
+    with HumanServer(store.path) as server:
+        status, body, _ = _request(server.url + "api/label", {"key": queued.key, "label": "first"})
+    assert status == 409 and body["error"] == f"pair {queued.key!r} is already labelled (skip by timeout)"
+    assert [(p.label, p.judge_id) for p in store.preferences()] == [("skip", "timeout")]
     store.close()
 
 
@@ -183,9 +206,10 @@ def test_the_judge_waits_for_labels_from_the_page_and_turns_a_timeout_into_skips
     pairs = [("iter2/a", ids[0], ids[1]), ("iter2/b", ids[2], ids[1])]
     messages = []
 
-    def person():  # labels the first pair through the page, as a browser would, once the URL is out
+    def person():  # labels the first pair through the page, as a browser would, 1 s after the URL is out
         _wait(lambda: messages, "the judge to print its URL")
         url = messages[0].split("open ")[1].split(" ")[0]
+        time.sleep(1.0)
         assert _request(url + "api/label", {"key": "iter2/a", "label": "second", "annotator": "bo"})[0] == 200
 
     helper = threading.Thread(target=person)
@@ -194,10 +218,12 @@ def test_the_judge_waits_for_labels_from_the_page_and_turns_a_timeout_into_skips
     t0 = time.monotonic()
     verdicts = judge.judge_many(2, pairs)
     helper.join(timeout=10)
-    assert 1.4 < time.monotonic() - t0 < 10
-    assert "waiting for a person to label 2 pairs" in messages[0] and "timeout 2 s" in messages[0]
+    # An idle timeout: the label at 1 s gave another 1.5 s (a fixed deadline would end at 1.5 s).
+    assert 2.4 < time.monotonic() - t0 < 10
+    assert "waiting for a person to label 2 pairs" in messages[0] and "after 2 s without a label" in messages[0]
     assert verdicts["iter2/a"].label == "second"
-    assert verdicts["iter2/b"].label == "skip" and verdicts["iter2/b"].rationale == "no label within 2 s"
+    assert verdicts["iter2/b"].label == "skip"
+    assert verdicts["iter2/b"].rationale == "no label for 2 s (idle timeout)"
     rows = {p.key: (p.judge_id, p.first, p.second) for p in store.preferences(2)}
     assert rows == {"iter2/a": ("bo", ids[0], ids[1]), "iter2/b": ("timeout", ids[2], ids[1])}
     url = judge.url
@@ -206,7 +232,7 @@ def test_the_judge_waits_for_labels_from_the_page_and_turns_a_timeout_into_skips
     assert len(messages) == 1
     judge.timeout_s = 0.2
     judge.judge_many(3, [("iter3/a", ids[1], ids[0])])  # the next round: the same page, the same URL
-    assert messages[1].endswith(f"open {url} (timeout 0 s; pairs left then become skips)")
+    assert messages[1].endswith(f"open {url} (after 0 s without a label, the pairs left become skips)")
     assert _request(url + "api/state")[1]["pair"]["key"] == "iter1/pair0"  # still served: the oldest queued
     judge.close()
     assert judge.url is None

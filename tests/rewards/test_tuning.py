@@ -126,19 +126,34 @@ def reward(prev, action, curr, params):
 '''
 
 
+# NONLINEAR at a millionth of the scale: returns near 1e-5, where an absolute slack would call it linear.
+TINY = NONLINEAR.replace("return near - ", "return 1e-6 * near - 1e-6 * ")
+
+
 @pytest.fixture(scope="module")
 def programs():
     from jaxrace.rewards import compile_rewards
 
-    linear, nonlinear = compile_rewards([LINEAR, NONLINEAR], names=["linear", "nonlinear"])
-    return linear, nonlinear
+    return compile_rewards([LINEAR, NONLINEAR, TINY], names=["linear", "nonlinear", "tiny"])
+
+
+def test_the_linearity_check_is_relative_to_each_candidates_scale_of_returns(programs):
+    import jax
+
+    from jaxrace.rewards import RewardBank
+    from jaxrace.rewards.tuning import linear_model
+
+    linear, nonlinear, tiny = programs
+    first, _, _ = racing_clips(pairs=20)
+    _, holds = linear_model(RewardBank.from_compiled([linear, nonlinear, tiny]), first, jax.random.key(0))
+    assert holds.tolist() == [True, False, False]
 
 
 def test_tune_finds_the_weight_an_llm_got_wrong_and_guards_the_rest(programs):
     from jaxrace.rewards import RewardBank
     from jaxrace.rewards.tuning import tune
 
-    linear, nonlinear = programs
+    linear, nonlinear, _ = programs
     first, second, labels = racing_clips()
     result = tune(RewardBank.from_compiled([linear]), first, second, labels, TuningConfig(method="grad", beta=2.0))
     one = result["linear"]
