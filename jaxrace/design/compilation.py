@@ -1,8 +1,9 @@
 """Compilation in the loop: JAX's persistent cache, and a clock of the time spent compiling.
 
 A rerun (or a resumed run) skips XLA compiles through the persistent cache. It lives in
-`$JAXRACE_CACHE_DIR` (default `$XDG_CACHE_HOME/jaxrace/xla`, or `~/.cache/jaxrace/xla`);
-`JAXRACE_CACHE_DIR=off` turns it off.
+`$JAXRACE_CACHE_DIR` (default `$XDG_CACHE_HOME/jaxrace/xla`, or `~/.cache/jaxrace/xla`),
+and the reward artifacts the sandbox built in `rewards/` beside it;
+`JAXRACE_CACHE_DIR=off` turns both off.
 """
 
 from __future__ import annotations
@@ -28,6 +29,12 @@ def cache_dir() -> Path | None:
         return Path(configured)
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "jaxrace" / "xla"
+
+
+def reward_cache_dir() -> Path | None:
+    """Where the sandbox's reward artifacts are kept between runs (beside the XLA cache); None when off."""
+    path = cache_dir()
+    return None if path is None else path.parent / "rewards"
 
 
 def enable_compile_cache() -> Path | None:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import itertools
 import math
 import re
@@ -326,7 +327,7 @@ class Loop:
                               concurrency=c.llm_concurrency, seed=_crc(f"{c.seed}/iter{k}/generate"),
                               temperature=c.llm_temperature, max_tokens=c.llm_max_tokens,
                               max_prompt_chars=c.llm_max_prompt_chars, exclude=exclude,
-                              on_program=lambda _: advance(1))
+                              on_program=lambda _: advance(1), compile_fn=self._compile_fn())
         for program in result.programs:
             name = f"i{k}-c{len(candidates) + 1}"
             self.run.write_text(f"{folder}/{name}.py", program.source)
@@ -420,6 +421,14 @@ class Loop:
         if rank["best"] is None:
             return None
         return rank["best"], rank.get("best_folder", f"iter{k}/candidates")
+
+    @staticmethod
+    def _compile_fn():
+        """compile_rewards with the artifact cache beside JAX's (a rerun builds nothing it built before)."""
+        from jaxrace.design.compilation import reward_cache_dir
+        from jaxrace.rewards.compiler import compile_rewards
+
+        return functools.partial(compile_rewards, cache_dir=reward_cache_dir())
 
     def _bank(self, folder: str, names: list[str]):
         from jaxrace.rewards import RewardBank, load_reward

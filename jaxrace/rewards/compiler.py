@@ -10,8 +10,10 @@ trusting its source again.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
+import os
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -94,9 +96,13 @@ class CompiledReward:
     def save(self, path: str | Path) -> Path:
         """Write the artifact (exported functions, header, source as a record) atomically."""
         path = Path(path)
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_bytes(self.artifact.to_bytes())
-        tmp.replace(path)
+        # One temporary name per writer: two processes may save the same cache entry at once.
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+        try:
+            tmp.write_bytes(self.artifact.to_bytes())
+            tmp.replace(path)
+        finally:
+            tmp.unlink(missing_ok=True)
         return path
 
 
@@ -139,10 +145,14 @@ def compile_reward(source: str, *, name: str | None = None, timeout_s: float | N
 
 def compile_rewards(sources: Sequence[str], *, names: Sequence[str] | None = None, timeout_s: float | None = None,
                     memory_gib: float | None = None, train_batch: int | None = None,
-                    max_temp_mib: float | None = None) -> list[CompiledReward | RewardCompileError]:
+                    max_temp_mib: float | None = None,
+                    cache_dir: str | Path | None = None) -> list[CompiledReward | RewardCompileError]:
     """Compile many reward programs at once: the sandbox builds them in parallel, one per CPU core.
 
-    Arguments as for `compile_reward`, with one name per source (or None).
+    Arguments as for `compile_reward`, with one name per source (or None). `cache_dir`:
+    a folder of artifacts the sandbox built before, by program and limits (and jaxrace and
+    jax versions); a program found there is loaded (and checked) instead of built, and
+    every new artifact is added. Trust it as you trust the run directories you resume.
 
     Returns:
         One entry per source, in order: its `CompiledReward`, or the `RewardCompileError`
@@ -164,6 +174,8 @@ def compile_rewards(sources: Sequence[str], *, names: Sequence[str] | None = Non
         key = (digest, name, repr(sorted(limits.items())))
         with _CACHE_LOCK:
             results[i] = _CACHE.get(key)
+        if results[i] is None and cache_dir is not None:
+            results[i] = _load_cached(_cache_file(cache_dir, digest, limits), digest, name)
         if results[i] is None:
             todo.append((i, source, digest, name, key))
     if todo:
@@ -175,7 +187,28 @@ def compile_rewards(sources: Sequence[str], *, names: Sequence[str] | None = Non
             if isinstance(results[i], CompiledReward):
                 with _CACHE_LOCK:
                     _CACHE[key] = results[i]
+                if cache_dir is not None:
+                    with contextlib.suppress(OSError):  # a cache that cannot be written only costs time
+                        Path(cache_dir).mkdir(parents=True, exist_ok=True)
+                        results[i].save(_cache_file(cache_dir, digest, limits))
     return results
+
+
+def _cache_file(cache_dir: str | Path, digest: str, limits: dict) -> Path:
+    from jaxrace import __version__
+
+    key = f"{digest} {sorted(limits.items())!r} jaxrace {__version__} jax {jax.__version__}"
+    return Path(cache_dir) / f"{hashlib.sha256(key.encode()).hexdigest()}.jaxreward"
+
+
+def _load_cached(path: Path, digest: str, name: str) -> CompiledReward | None:
+    """The artifact at `path` if it is a readable one of this program; None otherwise (then it is built)."""
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return None
+    loaded = _load_built(data, digest, name)
+    return loaded if isinstance(loaded, CompiledReward) else None
 
 
 def _load_built(data: bytes, digest: str, name: str) -> CompiledReward | RewardCompileError:

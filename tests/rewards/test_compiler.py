@@ -290,3 +290,25 @@ def test_non_string_source_is_rejected():
     with pytest.raises(RewardCompileError, match="str") as info:
         compile_reward(b"def reward(prev, action, curr): pass")
     assert info.value.stage == "parse"
+
+
+def test_an_artifact_cache_on_disk_skips_the_sandbox_and_a_bad_entry_is_rebuilt(tmp_path, monkeypatch):
+    from jaxrace.rewards import compiler, sandbox
+
+    source = GOOD + "\n# cached\n"  # a program no other test builds
+    built = []
+    real_build = sandbox.build_many
+    monkeypatch.setattr(sandbox, "build_many", lambda sources, **kw: built.append(len(sources)) or real_build(
+        sources, **kw))
+    (first,) = compile_rewards([source], names=["a"], cache_dir=tmp_path / "cache")
+    (entry,) = (tmp_path / "cache").iterdir()
+    assert built == [1] and entry.suffix == ".jaxreward"
+    monkeypatch.setattr(compiler, "_CACHE", {})  # as a new process: only the disk remembers
+    (again,) = compile_rewards([source], names=["b"], cache_dir=tmp_path / "cache")
+    assert built == [1] and again.name == "b" and again.sha256 == first.sha256
+    prev, act, curr, _ = synthetic_batch()
+    np.testing.assert_array_equal(jax.vmap(again)(prev, act, curr)[0], jax.vmap(first)(prev, act, curr)[0])
+    entry.write_bytes(b"not an artifact")  # damaged: ignored, built again, replaced
+    monkeypatch.setattr(compiler, "_CACHE", {})
+    (rebuilt,) = compile_rewards([source], names=["c"], cache_dir=tmp_path / "cache")
+    assert built == [1, 1] and rebuilt.sha256 == first.sha256 and entry.read_bytes() != b"not an artifact"
