@@ -106,7 +106,8 @@ def main() -> None:
     parser.add_argument("--weight", action="append", default=[], metavar="NAME=VALUE",
                         help="override one of the reward's PARAMS, e.g. --weight w_rear_end=20 (repeatable)")
     parser.add_argument("--tag", default="", help="results go to results/train_reference-<tag>.json and .png")
-    parser.add_argument("--save", default=None, help="write the final actor parameters to this .npz")
+    parser.add_argument("--save", default=None,
+                        help="write the final actor parameters to this directory (an orbax checkpoint)")
     parser.add_argument("--alone", type=float, default=0.5, help="share of training envs with no opponent")
     args = parser.parse_args()
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from collections import Counter
@@ -283,9 +284,18 @@ def _judges_rank(store, iteration) -> int:
 def _design(args) -> int:
     from pathlib import Path
 
+    from jaxrace.agents.distributed import ENV_NUM_PROCESSES, broadcast_json, is_primary
     from jaxrace.design import ConfigMismatch, load_config, run_design
     from jaxrace.llm import LLMError
 
+    if args.distributed or args.num_processes is not None or os.environ.get(ENV_NUM_PROCESSES):
+        from jaxrace.agents.distributed import initialize
+
+        try:
+            initialize(args.coordinator, args.num_processes, args.process_id)
+        except (ValueError, RuntimeError) as err:
+            print(f"jaxrace design: error: --distributed: {err}", file=sys.stderr)
+            return 2
     base_url, model = _endpoint(args)
     try:
         config = load_config(args.preset or "quick", args.config, task=args.task, llm=args.llm, judge=args.judge,
@@ -299,6 +309,8 @@ def _design(args) -> int:
         print(f"jaxrace design: error: {err}", file=sys.stderr)
         return 2
     run_dir = Path(args.run_dir) if args.run_dir else Path("runs") / f"{time.strftime('%Y%m%d-%H%M%S')}-{config.preset}"
+    run_dir = Path(broadcast_json(str(run_dir)))  # with several processes, process 0's name for a new run
+    args.quiet = args.quiet or not is_primary()
     if not args.quiet:
         print(f"jaxrace design: {config.task!r}, preset {config.preset}, {config.iterations} iterations of "
               f"M={config.m}, N={config.n} on '{config.track}', LLM {config.llm}, judge {config.judge}; "
@@ -312,7 +324,8 @@ def _design(args) -> int:
         print(f"jaxrace design: error: {err}\nThe finished stages are kept: rerun the same command to resume.",
               file=sys.stderr)
         return 1
-    print(f"report: {report}")
+    if is_primary():
+        print(f"report: {report}")
     return 0
 
 
@@ -407,6 +420,13 @@ def main(argv=None) -> int:
     design.add_argument("--track", default=None, help="a built-in circuit")
     design.add_argument("--seed", type=int, default=None)
     design.add_argument("--quiet", action="store_true", help="no progress display")
+    design.add_argument("--distributed", action="store_true",
+                        help="train across processes and hosts (jax.distributed): run this same command in every "
+                             "process; process 0 does the rest. Settings from the options below or "
+                             "$JAXRACE_COORDINATOR, $JAXRACE_NUM_PROCESSES, $JAXRACE_PROCESS_ID (or a cluster's)")
+    design.add_argument("--coordinator", default=None, help="--distributed: process 0's host:port")
+    design.add_argument("--num-processes", type=int, default=None, help="--distributed: how many processes")
+    design.add_argument("--process-id", type=int, default=None, help="--distributed: this process's index")
     judges = sub.add_parser("judges", help="the preference store's labels: agreement between judges, export")
     judges_sub = judges.add_subparsers(dest="judges_command", required=True)
     agree = judges_sub.add_parser("agreement", help="agreement rate and Cohen's kappa of judges on shared pairs")

@@ -5,21 +5,22 @@ epoch either one fused program (`fused=True`: `Trainer.run_epochs`, a scan over 
 of epochs) or three (`collect`, `label`, `learn`; the default). Only `label` reads the
 reward bank, so with the split programs a new bank recompiles only that small program:
 `collect` and `learn` are compiled once per Learner (and kept in JAX's persistent cache
-across processes). Progress callbacks, checkpoints and resumption happen between chunks.
-With several devices the run axis is sharded across them.
+across processes). Progress callbacks, checkpoints (orbax) and resumption happen between
+chunks. With several devices the run axis is sharded
+across them: local ones, or every process's after `jaxrace.agents.distributed.initialize`.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 
-from jaxrace.agents.checkpoint import load_checkpoint, save_checkpoint
+from jaxrace.agents.checkpoint import Checkpointer
 from jaxrace.agents.config import HParams
+from jaxrace.agents.distributed import to_host
 from jaxrace.agents.trainer import Learner, Metrics, Trainer
 from jaxrace.envs.parallel import env_sharding, shard_envs
 
@@ -94,7 +95,8 @@ def per_run_hparams(hparams: HParams, runs: int) -> HParams:
 
 def train_many(trainer: Trainer, key: jax.Array, reward_indices, seeds_per_reward: int = 1,
                hparams: HParams | None = None, chunk_epochs: int | None = None, progress=None,
-               checkpoint: str | None = None, fused: bool = False):
+               checkpoint: str | None = None, fused: bool = False, checkpoint_async: bool = False,
+               devices=None):
     """Trains every (reward index, seed) pair as one vmapped, jitted job.
 
     Args:
@@ -105,15 +107,27 @@ def train_many(trainer: Trainer, key: jax.Array, reward_indices, seeds_per_rewar
         hparams: HParams (default HParams()); a field may hold one value per run
             (a leading axis of R = len(reward_indices) * seeds_per_reward) for a sweep.
         chunk_epochs: epochs per jitted call (default: all); `progress(epoch, metrics)`
-            is called on the host after each chunk.
-        checkpoint: a file path; the job state is saved there after every chunk, and a
-            job started with an existing checkpoint resumes from it (same arguments).
-            The metrics of chunks done before the resume are in the checkpoint too.
+            is called on the host after each chunk, with the chunk's Metrics as numpy
+            arrays [R, chunk].
+        checkpoint: a directory; the job state is saved there (orbax) after every chunk,
+            and a job started with a checkpoint there resumes from its newest finished
+            step (same arguments; any number of devices). The metrics of chunks done
+            before the resume are in the checkpoint too.
         fused: one program per chunk (`Trainer.run_epochs`) instead of the split
             collect/label/learn programs; compiled again for every bank.
+        checkpoint_async: write each checkpoint while the next chunk runs. Off by
+            default: on a 2-core CPU the background write slows the chunk more than it
+            saves (experiments/bench_checkpoint.py).
+
+        devices: the devices to train on (default: all, of every process). This
+            process's own (`jax.local_devices()`) make a job of this process alone.
+
+    A chunk is reported to `progress` once its checkpoint is on disk: a job killed after
+    a report resumes after that chunk.
 
     With several devices the run axis is sharded across them (when they divide R):
-    each device trains its share of the runs.
+    each device trains its share of the runs. Across processes (`distributed.initialize`)
+    every process makes this same call, and the devices of all must divide R.
 
     Returns:
         (final TrainState with a leading run axis R, Metrics [R, epochs], reward_index i32[R]).
@@ -126,21 +140,46 @@ def train_many(trainer: Trainer, key: jax.Array, reward_indices, seeds_per_rewar
     chunk = chunk_epochs or epochs
     if epochs % chunk:
         raise ValueError(f"chunk_epochs ({chunk}) must divide epochs ({epochs})")
-    run_sharding = env_sharding(axis_name="runs")
+    run_sharding = env_sharding(devices, axis_name="runs")
+    local = jax.process_count() > 1 and run_sharding.is_fully_addressable
+    if jax.process_count() > 1 and not local and runs % run_sharding.mesh.size:
+        raise ValueError(f"{runs} runs cannot be split over the {run_sharding.mesh.size} devices of "
+                         f"{jax.process_count()} processes: use a multiple of {run_sharding.mesh.size} runs")
     keys, hparams, reward_index = shard_envs((keys, hparams, reward_index), run_sharding, strict=False)
     state = _committed(_init_runs(trainer.learner, keys, hparams.replace(reward_params=None)))
     run_chunk = _run_chunk if fused else _split_chunk
-    history = Metrics(*(jnp.zeros((runs, epochs), bool if name == "failed" else jnp.float32)
-                        for name in Metrics._fields))
+    history = shard_envs(Metrics(*(jnp.zeros((runs, epochs), bool if name == "failed" else jnp.float32)
+                                   for name in Metrics._fields)), run_sharding, strict=False)
     start = 0
-    if checkpoint is not None and Path(checkpoint).exists():
-        (state, history), start = load_checkpoint(checkpoint, (state, history))
-        state = _committed(shard_envs(state, run_sharding, strict=False))
-    for done in range(start, epochs, chunk):
-        state, metrics = run_chunk(trainer, state, hparams, reward_index, chunk)
-        history = jax.tree.map(lambda h, m, d=done: h.at[:, d:d + chunk].set(m), history, metrics)
-        if checkpoint is not None:
-            save_checkpoint(checkpoint, (state, history), done + chunk)
+    checkpointer = (None if checkpoint is None
+                    else Checkpointer(checkpoint, asynchronous=checkpoint_async, local=local))
+    saved = None  # (epoch, metrics) of the chunk whose checkpoint is being written
+
+    def report():
+        # A chunk is reported once its checkpoint is on disk (a kill after the report loses none of it);
+        # an asynchronous write overlaps the next chunk, dispatched before this wait.
+        if checkpointer is not None:
+            checkpointer.wait()
+        host_metrics = to_host(saved[1])  # every process: a collective when the runs span processes
         if progress is not None:
-            progress(done + chunk, metrics)
+            progress(saved[0], host_metrics)
+
+    try:
+        restored = None if checkpointer is None else checkpointer.restore((state, history))
+        if restored is not None:
+            (state, history), start = restored
+            state = _committed(state)
+        for done in range(start, epochs, chunk):
+            state, metrics = run_chunk(trainer, state, hparams, reward_index, chunk)
+            history = jax.tree.map(lambda h, m, d=done: h.at[:, d:d + chunk].set(m), history, metrics)
+            if saved is not None:
+                report()
+            if checkpointer is not None:
+                checkpointer.save((state, history), done + chunk)
+            saved = (done + chunk, metrics)
+        if saved is not None:
+            report()
+    finally:
+        if checkpointer is not None:
+            checkpointer.close()  # the last save finishes, also when the job is stopped
     return state, history, reward_index

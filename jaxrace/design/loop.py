@@ -27,7 +27,9 @@ import dataclasses
 import functools
 import itertools
 import math
+import os
 import re
+import shutil
 import threading
 import time
 import warnings
@@ -129,13 +131,10 @@ class Loop:
     """One run of the loop over a run directory (see the module docstring)."""
 
     def __init__(self, config: DesignConfig, run: RunDir, display: Display):
-        from jaxrace.rewards.preferences import PreferenceStore
-
         self.config = config
         self.run = run
         self.display = display
-        self.store = PreferenceStore(run.file(STORE))
-        self.store.set_meta("task", config.task)  # the human judge's page shows it
+        self._store = None  # the PreferenceStore, opened by `store`
         self._envs: Envs | None = None
         self._chat = None
         self._vlm = None
@@ -145,6 +144,16 @@ class Loop:
         self.last_iteration = config.iterations  # one more for each retried iteration (run_all)
 
     # -- plumbing --------------------------------------------------------------------------------------
+
+    @property
+    def store(self):
+        """The run's preference store (opened on first use: processes other than 0 never open it)."""
+        from jaxrace.rewards.preferences import PreferenceStore
+
+        if self._store is None:
+            self._store = PreferenceStore(self.run.file(STORE))
+            self._store.set_meta("task", self.config.task)  # the human judge's page shows it
+        return self._store
 
     @property
     def envs(self) -> Envs:
@@ -464,19 +473,24 @@ class Loop:
             library_reward(name).save(self.run.file(f"{folder}/{name}.jaxreward"))
 
     def train(self, k) -> None:
-        """The stage's candidates x seeds in one batched job; checkpoints per chunk, so a kill loses a chunk."""
-        from jaxrace.agents import HParams, train_many
-        from jaxrace.agents.checkpoint import save_checkpoint
+        """The stage's candidates x seeds in one batched job; checkpoints per chunk, so a kill loses a chunk.
+
+        With several processes, they all join the job (`serve_training`); process 0 writes the files.
+        """
+        from jaxrace.agents.distributed import broadcast_json
 
         c = self.config
         if k == "final":
             self._prepare_final()
-        names, folder = self._runs(k)
-        bank = self._bank(folder, names)
-        trainer = self._trainer(k, bank)
-        epochs = trainer.config.epochs
-        ckpt = self.run.file(f"{self._dir(k)}/train/job.ckpt.npz")
-        with self.display.task(f"{self._dir(k)}/train: {len(names)} x {c.seeds} runs (compile first)",
+        runs = len(self._runs(k)[0]) * c.seeds
+        # A job whose runs do not split over every process's devices trains on process 0's alone.
+        alone = jax.process_count() > 1 and runs % jax.device_count() != 0
+        if alone:
+            self.run.log(f"{self._dir(k)}/train: {runs} runs do not split over the {jax.device_count()} devices of "
+                         f"{jax.process_count()} processes: trained by process 0 alone")
+        broadcast_json({"train": k, "last_iteration": self.last_iteration, "alone": alone})
+        epochs = c.final_epochs if k == "final" else c.epochs
+        with self.display.task(f"{self._dir(k)}/train: {len(self._runs(k)[0])} x {c.seeds} runs (compile first)",
                                total=epochs) as advance:
             done = [0]
 
@@ -484,22 +498,45 @@ class Loop:
                 advance(epoch - done[0])
                 done[0] = epoch
                 self.run.log(f"{self._dir(k)}/train: epoch {epoch}/{epochs}, progress m/step "
-                             + " ".join(f"{float(v):.2f}" for v in np.asarray(metrics.progress)[:, -1]))
+                             + " ".join(f"{float(v):.2f}" for v in metrics.progress[:, -1]))
 
-            state, history, reward_index = train_many(
-                trainer, stage_key(c, f"{self._dir(k)}/train"), list(range(len(names))), seeds_per_reward=c.seeds,
-                hparams=HParams(reward_scale=c.reward_scale), chunk_epochs=c.chunk_epochs, progress=progress,
-                checkpoint=str(ckpt))
-        save_checkpoint(self.run.file(f"{self._dir(k)}/train/agents.npz"),
-                        {"actor": state.actor, "critic": state.critic}, epochs)
+            names, history, reward_index = self.train_job(k, progress, alone=alone)
         curves = {f: np.asarray(getattr(history, f), np.float64) for f in history._fields}
         failed = np.asarray(history.failed[:, -1], bool) | ~np.all(np.isfinite(curves["reward"]), axis=1)
         runs = [{"candidate": names[int(i)], "seed": s % c.seeds, "failed": bool(failed[s])}
-                for s, i in enumerate(np.asarray(reward_index))]
+                for s, i in enumerate(reward_index)]
         self.run.write_json(f"{self._dir(k)}/train/curves.json", {
             "runs": runs, "epochs": epochs, "env_steps_per_epoch": c.num_envs * c.rollout_steps,
             **{f: v for f, v in curves.items() if f != "failed"}})
-        ckpt.unlink(missing_ok=True)  # the job state holds the replay buffer: large, and done with
+        # The job state holds the replay buffer: large, and done with. Renamed first: orbax would
+        # take a half-deleted step folder for a finished one.
+        job = self.run.file(f"{self._dir(k)}/train/job.ckpt")
+        if job.exists():
+            os.replace(job, job.with_name("job.ckpt.deleting"))
+        shutil.rmtree(job.with_name("job.ckpt.deleting"), ignore_errors=True)
+
+    def train_job(self, k, progress=None, *, alone: bool = False):
+        """Trains stage k's runs and saves the agents (orbax). Every process of the job calls this,
+        unless `alone`: then process 0 trains on its own devices.
+
+        Returns (candidate names, Metrics [R, epochs] as numpy arrays, candidate index per run i32[R]).
+        """
+        from jaxrace.agents import HParams, train_many
+        from jaxrace.agents.checkpoint import save_checkpoint
+        from jaxrace.agents.distributed import to_host
+
+        c = self.config
+        names, folder = self._runs(k)
+        trainer = self._trainer(k, self._bank(folder, names))
+        shutil.rmtree(self.run.file(f"{self._dir(k)}/train/job.ckpt.deleting"), ignore_errors=True)
+        state, history, reward_index = train_many(
+            trainer, stage_key(c, f"{self._dir(k)}/train"), list(range(len(names))), seeds_per_reward=c.seeds,
+            hparams=HParams(reward_scale=c.reward_scale), chunk_epochs=c.chunk_epochs, progress=progress,
+            checkpoint=str(self.run.file(f"{self._dir(k)}/train/job.ckpt")),
+            devices=jax.local_devices() if alone else None)
+        save_checkpoint(self.run.file(f"{self._dir(k)}/train/agents"), {"actor": state.actor, "critic": state.critic},
+                        trainer.config.epochs, local=alone)
+        return names, to_host(history), to_host(reward_index)
 
     @staticmethod
     def _dir(k) -> str:
@@ -512,7 +549,7 @@ class Loop:
 
         template = jax.eval_shape(jax.vmap(trainer.init), jax.random.split(jax.random.key(0), runs),
                                   per_run_hparams(HParams(), runs), jnp.zeros((runs,), jnp.int32))
-        saved, _ = load_checkpoint(self.run.file(f"{self._dir(k)}/train/agents.npz"),
+        saved, _ = load_checkpoint(self.run.file(f"{self._dir(k)}/train/agents"),
                                    {"actor": template.actor, "critic": template.critic})
         return saved["actor"]
 
@@ -832,15 +869,43 @@ def run_design(config: DesignConfig, run_dir: str | Path, *, quiet: bool = False
 
     Raises `ConfigMismatch` when `run_dir` holds a run of another config.
     """
+    from jaxrace.agents.distributed import broadcast_json, is_primary
     from jaxrace.design.compilation import enable_compile_cache
 
     enable_compile_cache()
-    run = RunDir.open(run_dir, config)
-    with Display(quiet=quiet) as display:
-        loop = Loop(config, run, display)
+    if not is_primary():
+        return serve_training(config, run_dir)
+    try:
+        run = RunDir.open(run_dir, config)
+        with Display(quiet=quiet) as display:
+            loop = Loop(config, run, display)
+            try:
+                return loop.run_all()
+            finally:
+                if loop._human is not None:
+                    loop._human.close()
+                if loop._store is not None:
+                    loop._store.close()
+    finally:
+        broadcast_json(None)  # the other processes' cue that the run is over (or failed)
+
+
+def serve_training(config: DesignConfig, run_dir: str | Path) -> Path:
+    """The loop in processes other than 0: joins each training job process 0 announces, until it
+    announces the end. Everything else (LLM, judging, files) is process 0's. Returns the report's path."""
+    from jaxrace.agents.distributed import broadcast_json
+
+    loop, failed = None, None
+    while (message := broadcast_json()) is not None:
+        if failed is not None or message["alone"]:
+            continue  # after a failure, only listen on: process 0 ends the run (its error says why)
         try:
-            return loop.run_all()
-        finally:
-            if loop._human is not None:
-                loop._human.close()
-            loop.store.close()
+            if loop is None:  # process 0 has made the run directory by now
+                loop = Loop(config, RunDir(run_dir), Display(quiet=True))
+            loop.last_iteration = message["last_iteration"]
+            loop.train_job(message["train"])
+        except Exception as err:  # noqa: BLE001 (any failure: process 0 fails the same job and stops)
+            failed = err
+    if failed is not None:
+        raise failed
+    return Path(run_dir) / "report.html"

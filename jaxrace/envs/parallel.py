@@ -54,4 +54,20 @@ def shard_envs(tree, sharding: NamedSharding | None = None, *, strict: bool = Tr
         raise ValueError(f"cannot split {bad[0]} {name}s over {count} devices: use a multiple of {count}")
     if bad or count == 1:
         return tree
+    if not sharding.is_fully_addressable:
+        return jax.tree.map(lambda x: _global_array(x, sharding), tree)
     return jax.device_put(tree, sharding)
+
+
+def _global_array(x, sharding: NamedSharding) -> jax.Array:
+    """`x` (the same whole value in every process) as an array spanning the processes' devices."""
+    if isinstance(x, jax.Array) and not x.is_fully_addressable:
+        return jax.device_put(x, sharding)
+    if hasattr(x, "dtype") and jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
+        impl = jax.random.key_impl(x)
+        data = np.asarray(jax.random.key_data(x))
+        spec = sharding if np.ndim(x) else sharding.update(spec=PartitionSpec())
+        return jax.random.wrap_key_data(jax.make_array_from_callback(data.shape, spec, lambda i: data[i]), impl=impl)
+    data = np.asarray(x)
+    spec = sharding if data.ndim else sharding.update(spec=PartitionSpec())
+    return jax.make_array_from_callback(data.shape, spec, lambda i: data[i])

@@ -80,7 +80,7 @@ def test_every_stage_writes_its_files(finished):
         assert set(selected["tac"]) == {c["name"] for c in candidates}  # TAC ran: the bootstrap filled the store
         curves = json.loads((d / "train" / "curves.json").read_text())
         assert len(curves["runs"]) == 2 and len(curves["progress"][0]) == 20
-        assert (d / "train" / "agents.npz").exists() and not (d / "train" / "job.ckpt.npz").exists()
+        assert (d / "train" / "agents" / "20").is_dir() and not (d / "train" / "job.ckpt").exists()
         rank = json.loads((d / "rank.json").read_text())
         assert rank["best"] in selected["selected"] and len(rank["scores"]) == 2
         feedback = (d / "feedback.txt").read_text()
@@ -165,7 +165,7 @@ def test_replayed_killed_twice_the_same_command_resumes_and_ends_the_same(setup,
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=60)
         assert unfinished not in json.loads((run / "stages.json").read_text())
-    assert (run / "iter1" / "train" / "job.ckpt.npz").exists() is False  # iter1 trained to the end on resume
+    assert (run / "iter1" / "train" / "job.ckpt").exists() is False  # iter1 trained to the end on resume
     out = subprocess.run(command(config, run, *replay), env=env, capture_output=True, text=True,
                          timeout=RUN_TIMEOUT_S)
     assert out.returncode == 0, out.stderr[-3000:]

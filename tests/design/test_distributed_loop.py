@@ -1,0 +1,64 @@
+"""The loop across two processes (jax.distributed on 127.0.0.1): process 0 does the host-side work
+and every training job whose runs split over both processes' devices spans them (iteration 1's
+2 runs); one that does not (the final job's 3) is trained by process 0 alone. Tiny: one
+iteration, no bootstrap."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+
+TINY = """
+iterations = 1
+m = 2
+n = 2
+seeds = 1
+epochs = 4
+chunk_epochs = 2
+final_epochs = 4
+warmup_epochs = 1
+replay_size = 2000
+hidden = 32
+num_envs = 4
+opponents = 2
+eval_races = 1
+final_races = 1
+clip_seconds = 3.0
+clips_per_race = 1
+bootstrap_races = 0
+"""
+
+
+def test_two_processes_run_the_loop_and_share_its_training_jobs(tmp_path):
+    config = tmp_path / "tiny.toml"
+    config.write_text(TINY)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    run = tmp_path / "run"
+    env = {**os.environ, "JAXRACE_CACHE_DIR": str(tmp_path / "cache"), "JAX_PLATFORMS": "cpu",
+           "JAXRACE_COORDINATOR": f"127.0.0.1:{port}", "JAXRACE_NUM_PROCESSES": "2"}
+    procs = [subprocess.Popen([sys.executable, "-m", "jaxrace.cli", "design", "--config", str(config), "--run-dir",
+                               str(run), "--quiet"], env={**env, "JAXRACE_PROCESS_ID": str(i)},
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(2)]
+    outs = [p.communicate(timeout=900) for p in procs]
+    for p, (_, err) in zip(procs, outs, strict=True):
+        assert p.returncode == 0, err[-3000:]
+    assert outs[0][0].strip().endswith(f"report: {run / 'report.html'}")
+    assert "report:" not in outs[1][0] and "jaxrace design:" not in outs[1][0]  # process 1 trains, says nothing
+    stages = json.loads((run / "stages.json").read_text())
+    assert "iter1/train" in stages and "final/train" in stages and "report" in stages
+    for stage, runs, writers in (("iter1", 2, {"ocdbt.process_0", "ocdbt.process_1"}),
+                                 ("final", 3, {"ocdbt.process_0"})):
+        curves = json.loads((run / stage / "train" / "curves.json").read_text())
+        assert len(curves["runs"]) == runs and len(curves["progress"][0]) == 4
+        assert not any(r["failed"] for r in curves["runs"])
+        # the processes that trained the job wrote their shards of the agents' checkpoint
+        saved = run / stage / "train" / "agents" / "4" / "default"
+        assert {p.name for p in saved.iterdir() if p.name.startswith("ocdbt.process_")} == writers
+        assert not (run / stage / "train" / "job.ckpt").exists()
+    log = (run / "log.txt").read_text()
+    assert "final/train: 3 runs do not split over the 2 devices of 2 processes: trained by process 0 alone" in log
+    assert "iter1/train: 2 runs do not split" not in log
+    assert (run / "report.html").stat().st_size > 10_000
