@@ -26,6 +26,13 @@ def shared_track(name: str) -> tuple[Path, Path]:
 
 
 @pytest.fixture(scope="session")
+def loop_cache(tmp_path_factory):
+    """JAXRACE_CACHE_DIR for every test that runs the loop in a subprocess: their compiled
+    programs (and reward artifacts) are shared, as a user's reruns share them."""
+    return tmp_path_factory.mktemp("loop-cache")
+
+
+@pytest.fixture(scope="session")
 def fake_server(tmp_path_factory):
     """A scripted OpenAI-compatible HTTP server on 127.0.0.1, shared by the session (see fake_llm_server)."""
     server = FakeServer(tmp_path_factory.mktemp("fake-openai"))

@@ -9,35 +9,20 @@ import socket
 import subprocess
 import sys
 
-TINY = """
-iterations = 1
-m = 2
-n = 2
-seeds = 1
-epochs = 4
-chunk_epochs = 2
-final_epochs = 4
-warmup_epochs = 1
-replay_size = 2000
-hidden = 32
-num_envs = 4
-opponents = 2
-eval_races = 1
-final_races = 1
-clip_seconds = 3.0
-clips_per_race = 1
-bootstrap_races = 0
-"""
+from design.test_loop import TINY as LOOP_TINY
+
+# test_loop's tiny config (so the two share compiled programs), one iteration, no bootstrap
+TINY = LOOP_TINY.replace("iterations = 2", "iterations = 1").replace("bootstrap_races = 4", "bootstrap_races = 0")
 
 
-def test_two_processes_run_the_loop_and_share_its_training_jobs(tmp_path):
+def test_two_processes_run_the_loop_and_share_its_training_jobs(tmp_path, loop_cache):
     config = tmp_path / "tiny.toml"
     config.write_text(TINY)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     run = tmp_path / "run"
-    env = {**os.environ, "JAXRACE_CACHE_DIR": str(tmp_path / "cache"), "JAX_PLATFORMS": "cpu",
+    env = {**os.environ, "JAXRACE_CACHE_DIR": str(loop_cache), "JAX_PLATFORMS": "cpu",
            "JAXRACE_COORDINATOR": f"127.0.0.1:{port}", "JAXRACE_NUM_PROCESSES": "2"}
     procs = [subprocess.Popen([sys.executable, "-m", "jaxrace.cli", "design", "--config", str(config), "--run-dir",
                                str(run), "--quiet"], env={**env, "JAXRACE_PROCESS_ID": str(i)},
@@ -52,10 +37,10 @@ def test_two_processes_run_the_loop_and_share_its_training_jobs(tmp_path):
     for stage, runs, writers in (("iter1", 2, {"ocdbt.process_0", "ocdbt.process_1"}),
                                  ("final", 3, {"ocdbt.process_0"})):
         curves = json.loads((run / stage / "train" / "curves.json").read_text())
-        assert len(curves["runs"]) == runs and len(curves["progress"][0]) == 4
+        assert len(curves["runs"]) == runs and len(curves["progress"][0]) == 20
         assert not any(r["failed"] for r in curves["runs"])
         # the processes that trained the job wrote their shards of the agents' checkpoint
-        saved = run / stage / "train" / "agents" / "4" / "default"
+        saved = run / stage / "train" / "agents" / "20" / "default"
         assert {p.name for p in saved.iterdir() if p.name.startswith("ocdbt.process_")} == writers
         assert not (run / stage / "train" / "job.ckpt").exists()
     log = (run / "log.txt").read_text()

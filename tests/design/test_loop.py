@@ -42,11 +42,11 @@ RUN_TIMEOUT_S = 600
 
 
 @pytest.fixture(scope="module")
-def setup(tmp_path_factory):
+def setup(tmp_path_factory, loop_cache):
     root = tmp_path_factory.mktemp("design")
     config = root / "tiny.toml"
     config.write_text(TINY)
-    env = {**os.environ, "JAXRACE_CACHE_DIR": str(root / "xla-cache"), "JAX_PLATFORMS": "cpu"}
+    env = {**os.environ, "JAXRACE_CACHE_DIR": str(loop_cache), "JAX_PLATFORMS": "cpu"}
     return root, config, env
 
 
