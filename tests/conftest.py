@@ -28,7 +28,12 @@ def shared_track(name: str) -> tuple[Path, Path]:
 @pytest.fixture(scope="session")
 def loop_cache(tmp_path_factory):
     """JAXRACE_CACHE_DIR for every test that runs the loop in a subprocess: their compiled
-    programs (and reward artifacts) are shared, as a user's reruns share them."""
+    programs (and reward artifacts) are shared, as a user's reruns share them. Under
+    pytest-xdist every worker uses the same one (JAX and the reward cache write atomically)."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        shared = tmp_path_factory.getbasetemp().parent / "loop-cache"
+        shared.mkdir(exist_ok=True)
+        return shared
     return tmp_path_factory.mktemp("loop-cache")
 
 

@@ -7,7 +7,6 @@ JAX compilation cache, so later compiles are quick.
 """
 
 import json
-import os
 import signal
 import sqlite3
 import subprocess
@@ -39,15 +38,6 @@ tac_min_preferences = 5
 STAGES = ["bootstrap"] + [f"iter{k}/{s}" for k in (1, 2) for s in ("generate", "select", "train", "race", "judge",
                                                                      "rank")] + ["final/train", "final/race", "report"]
 RUN_TIMEOUT_S = 600
-
-
-@pytest.fixture(scope="module")
-def setup(tmp_path_factory, loop_cache):
-    root = tmp_path_factory.mktemp("design")
-    config = root / "tiny.toml"
-    config.write_text(TINY)
-    env = {**os.environ, "JAXRACE_CACHE_DIR": str(loop_cache), "JAX_PLATFORMS": "cpu"}
-    return root, config, env
 
 
 def command(config, run_dir, *extra):
@@ -182,25 +172,3 @@ def test_replayed_killed_twice_the_same_command_resumes_and_ends_the_same(setup,
     assert record == sorted((finished / "llm" / "record.jsonl").read_text().splitlines())
     db = sqlite3.connect(run / "preferences.sqlite")
     assert db.execute("SELECT COUNT(*) FROM preferences").fetchone()[0] == 16  # nothing judged twice
-
-
-def test_a_vlm_judge_on_an_openai_compatible_server(setup, fake_server):
-    """--judge vlm: every clip gets a video; the judge's requests are recorded; its statistics are written."""
-    root, config, env = setup
-    run = root / "vlm"
-    fake_server.script(default={"content": '{"better": "tie", "confidence": 0.5, "reason": "alike"}'})
-    out = subprocess.run(command(config, run, "--iterations", "1", "--judge", "vlm", "--judge-base-url",
-                                 fake_server.url, "--judge-model", "fake-vision"),
-                         env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
-    assert out.returncode == 0, out.stderr[-3000:]
-    db = sqlite3.connect(run / "preferences.sqlite")
-    assert {r[0] for r in db.execute("SELECT judge_kind FROM preferences")} == {"vlm"}
-    videos = [r[0] for r in db.execute("SELECT video FROM clips")]
-    assert len(videos) == 12 and all((run / v).stat().st_size > 1000 for v in videos)  # 8 bootstrap + 4
-    record = [json.loads(line) for line in (run / "llm" / "record.jsonl").read_text().splitlines()]
-    judged = [r for r in record if r["role"] == "judge"]
-    # each clip described once, each pair decided in both orders
-    assert len(judged) == 12 + 2 * (12 + 2) and {r["stage"] for r in judged} == {"bootstrap/judge", "iter1/judge"}
-    assert len(fake_server.log()) == len(judged)
-    stats = json.loads((run / "iter1" / "judge_stats.json").read_text())
-    assert stats["pairs"] == 14 and stats["skipped"] == 0 and stats["disagreements"] == 0
