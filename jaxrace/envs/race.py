@@ -67,6 +67,7 @@ class RaceEnv:
             course_out_margin=jnp.float32(1.0),
             terminate_on_course_out=jnp.bool_(False),
             random_start_speed=jnp.array([0.3, 0.9], jnp.float32),
+            random_start_gap=jnp.float32(0.0),
             kerb_grip=jnp.float32(0.9),
             offtrack_grip=jnp.float32(0.6),
             offtrack_drag=jnp.float32(0.08),
@@ -128,8 +129,11 @@ class RaceEnv:
         active = idx <= n_active
 
         if s.start == "random":
-            # Equal slots round the lap, shuffled, with jitter inside each slot.
-            spacing = ts.length / num_cars
+            # Equal slots round the lap (or `random_start_gap` apart: a pack in traffic at a
+            # random place), shuffled, with jitter inside each slot.
+            packed = params.random_start_gap > 0
+            spacing = jnp.where(packed, jnp.minimum(params.random_start_gap, ts.length / num_cars),
+                                ts.length / num_cars)
             slot = jax.random.permutation(k_slot, num_cars)
             phase = jax.random.uniform(k_phase, (), maxval=ts.length)
             jitter = jax.random.uniform(k_jitter, (num_cars,), maxval=0.5) * spacing
@@ -139,6 +143,13 @@ class RaceEnv:
             lateral = jax.random.uniform(k_lateral, (num_cars,), minval=-1.0, maxval=1.0) * jnp.maximum(half, 0.0)
             frac = jax.random.uniform(k_speed, (num_cars,), minval=params.random_start_speed[0],
                                       maxval=params.random_start_speed[1])
+            # A pack shares one speed (within 5%), or its cars would run into each other at once.
+            k_pack = jax.random.fold_in(k_speed, 1)
+            common = jax.random.uniform(k_pack, (), minval=params.random_start_speed[0],
+                                        maxval=params.random_start_speed[1])
+            near = common * (1.0 + 0.05 * jax.random.uniform(jax.random.fold_in(k_speed, 2), (num_cars,),
+                                                             minval=-1.0, maxval=1.0))
+            frac = jnp.where(packed, near, frac)
             speed = frac * here.ref_speed
             progress = opponents.wrap_half(arc - arc[0], ts.length)
             lap_origin = progress

@@ -85,6 +85,7 @@ class EnvParams:
     course_out_margin: jax.Array  # f32, m beyond the edge that counts as a course-out
     terminate_on_course_out: jax.Array  # bool
     random_start_speed: jax.Array  # f32[2], random starts: speed range / reference speed
+    random_start_gap: jax.Array  # f32, random starts: m between consecutive cars (0: spread round the lap)
     kerb_grip: jax.Array  # f32, grip factor on kerbs
     offtrack_grip: jax.Array  # f32, grip factor on grass
     offtrack_drag: jax.Array  # f32, extra rolling-drag coefficient on grass

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import jaxrace
-from jaxrace.envs import StaticParams, builtin_track, stack_tracks
+from jaxrace.envs import StaticParams, builtin_track, per_env_params, stack_tracks
 from jaxrace.envs.laps import lap_bookkeeping, ranks
 from jaxrace.rewards.api import NO_GAP, RaceView
 
@@ -92,6 +92,28 @@ def test_random_starts_differ_by_key_and_are_valid():
         gaps = np.diff(np.append(a, a[0] + float(params.tracks.length)))
         assert gaps.min() > 5.0
     assert np.all(np.abs(np.asarray(states.view.edge_margin)) < 10.0)
+    assert np.all(np.asarray(states.view.edge_margin) > 0.0)
+
+
+def test_random_starts_in_a_pack_keep_the_cars_close_and_at_one_speed():
+    """random_start_gap > 0 puts the field in a pack (traffic from the first step), per env."""
+    env, params = jaxrace.make(track="club", num_opponents=5, start="random")
+    params = per_env_params(params, 16, random_start_gap=[0.0] * 8 + [25.0] * 8)
+    reset = jax.jit(jax.vmap(env.reset))
+    _, states = reset(jax.random.split(jax.random.key(3), 16), params)
+    length = float(params.tracks.length[0])
+    for s in range(16):
+        a = np.sort(np.asarray(states.cars.arc[s]))
+        gaps = np.diff(np.append(a, a[0] + length))
+        if s < 8:  # spread round the lap: no gap much over a sixth of it
+            assert gaps.max() < 1.5 * length / 6
+        else:  # six cars 25 m apart (jitter up to half a gap): one long gap, the rest 12.5-37.5 m
+            assert gaps.max() > length - 6 * 25.0
+            assert np.all(np.sort(gaps)[:-1] > 12.5) and np.all(np.sort(gaps)[:-1] < 37.5)
+            ref_speed = np.asarray(params.tracks.ref_speed[s])
+            ref = ref_speed[(np.asarray(states.cars.arc[s]) / (length / ref_speed.size)).astype(int)]
+            frac = np.asarray(states.cars.body.speed[s]) / ref
+            assert 0.3 * 0.95 <= frac.min() and frac.max() <= 0.9 * 1.05 and frac.max() / frac.min() < 1.11
     assert np.all(np.asarray(states.view.edge_margin) > 0.0)
 
 
