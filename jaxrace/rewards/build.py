@@ -249,9 +249,11 @@ def _tile(batch, size: int):
 def validate_artifact(artifact: RewardArtifact, limits: Limits) -> None:
     """Stage 5b: run the exported artifact as the caller will (see the module docstring).
 
-    Two executables: the forward at the training batch size (the synthetic cases tiled to
-    fill it), whose temporary memory is measured and which runs twice; and one transition
-    with the gradient w.r.t. the weights (the batch size must not change a value).
+    One executable (one XLA compile: most of a program's build time) holds two
+    computations: the forward at the training batch size (the synthetic cases tiled to
+    fill it), and one transition with the gradient w.r.t. the weights (the batch size
+    must not change a value). It runs twice (calls must agree) and its temporary memory
+    is measured (the batch-1 part adds next to nothing).
     """
     try:
         call = load_call(artifact)
@@ -265,16 +267,16 @@ def validate_artifact(artifact: RewardArtifact, limits: Limits) -> None:
     weights = np.asarray([v for _, v in artifact.params], np.float32)
     names = artifact.component_names
 
-    def single(w, *one):
-        return call(w, *one), jax.grad(lambda v: call(v, *one)[0].sum())(w)
+    def both(w, tiled, one):
+        return call(w, *tiled), call(w, *one), jax.grad(lambda v: call(v, *one)[0].sum())(w)
 
     try:
         tiled = [_tile(x, size) for x in (prev, action, curr)]
-        big = jax.jit(call).lower(weights, *tiled).compile()
-        total, components = (np.asarray(x)[:num_cases] for x in big(weights, *tiled))
-        repeat = [np.asarray(x)[:num_cases] for x in big(weights, *tiled)]
         one = [_one(x, slice(0, 1)) for x in (prev, action, curr)]
-        (one_total, one_components), _ = jax.device_get(jax.jit(single)(weights, *one))
+        big = jax.jit(both).lower(weights, tiled, one).compile()
+        (total, components), (one_total, one_components), _ = jax.device_get(big(weights, tiled, one))
+        total, components = total[:num_cases], components[:num_cases]
+        repeat = [np.asarray(x)[:num_cases] for x in big(weights, tiled, one)[0]]
     except RewardCompileError:
         raise
     except Exception as e:
