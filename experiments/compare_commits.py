@@ -1,6 +1,6 @@
-"""Two commits side by side: env step and training epoch, compile included, in interleaved rounds.
+"""Two commits side by side: env step and training epoch (or reward compiles), in interleaved rounds.
 
-Usage: python experiments/compare_commits.py BASE [HEAD] [--rounds 3]
+Usage: python experiments/compare_commits.py BASE [HEAD] [--rounds 3] [--what train|compile]
 
 Each commit is checked out in a temporary git worktree and measured in fresh
 processes that import that worktree's jaxrace (PYTHONPATH first), alternating
@@ -8,6 +8,9 @@ BASE, HEAD, BASE, HEAD, ... so both see the same machine load. Per process: a ji
 scan of 20 vmapped env steps (4096 envs, 7 AI opponents, state only) and 10 epochs of
 5 vmapped QR-SAC runs on the oval (16 envs each); compile time and the median of
 repeated calls. Used to show that a refactor changed no speed beyond noise.
+With `--what compile`: `compile_reward` on 16 distinct offline proposals, one at a
+time (the first call also starts the sandbox worker), the median seconds per program
+(results/compare_commits-compile.json).
 """
 
 from __future__ import annotations
@@ -76,13 +79,36 @@ out["train_compile_s"] = first - statistics.median(times) * config.epochs
 print("RESULT " + json.dumps(out))
 """
 
+COMPILE_SNIPPET = r"""
+import json, statistics, time
+import jax
+import jaxrace
+from jaxrace.rewards import compile_reward, propose
+
+out = {"file": jaxrace.__file__}
+proposals = propose("win the race cleanly from the back of the grid", 17, jax.random.key(11))
+t0 = time.perf_counter()
+compile_reward(proposals[0].source, name=proposals[0].name)
+out["first_s"] = time.perf_counter() - t0
+times = []
+for p in proposals[1:]:
+    t0 = time.perf_counter()
+    compile_reward(p.source, name=p.name)
+    times.append(time.perf_counter() - t0)
+out["per_program_s"] = statistics.median(times)
+print("RESULT " + json.dumps(out))
+"""
+
+COMPILE_METRICS = (("per_program_s", "compile_reward, median over 16 programs", "s"),
+                   ("first_s", "compile_reward, first call (worker start included)", "s"))
+
 METRICS = (("env_step_ms", "env step, 4096 envs x 8 cars", "ms"), ("env_compile_s", "env step compile", "s"),
            ("epoch_ms", "training epoch, 5 vmapped runs", "ms"), ("train_compile_s", "training compile", "s"))
 
 
-def measure(worktree: Path) -> dict:
+def measure(worktree: Path, snippet: str) -> dict:
     env = {"PYTHONPATH": str(worktree), "PATH": "/usr/bin:/bin", "JAX_PLATFORMS": "cpu"}
-    done = subprocess.run([sys.executable, "-c", SNIPPET], capture_output=True, text=True, env=env, timeout=1800,
+    done = subprocess.run([sys.executable, "-c", snippet], capture_output=True, text=True, env=env, timeout=1800,
                           cwd=worktree)
     if done.returncode:
         raise SystemExit(f"measuring {worktree} failed:\n{done.stderr[-3000:]}")
@@ -97,7 +123,9 @@ def main() -> None:
     parser.add_argument("base")
     parser.add_argument("head", nargs="?", default="HEAD")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--what", choices=("train", "compile"), default="train")
     args = parser.parse_args()
+    snippet, metrics = (SNIPPET, METRICS) if args.what == "train" else (COMPILE_SNIPPET, COMPILE_METRICS)
     revs = {}
     with tempfile.TemporaryDirectory() as tmp:
         trees = {}
@@ -111,15 +139,15 @@ def main() -> None:
             results = {"base": [], "head": []}
             for r in range(args.rounds):
                 for name in ("base", "head"):
-                    results[name].append(measure(trees[name]))
+                    results[name].append(measure(trees[name], snippet))
                     print(f"round {r + 1} {name} ({revs[name]}): " + ", ".join(
-                        f"{k} {results[name][-1][k]:.2f}" for k, *_ in METRICS), flush=True)
+                        f"{k} {results[name][-1][k]:.2f}" for k, *_ in metrics), flush=True)
         finally:
             for tree in trees.values():
                 subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(tree)],
                                capture_output=True)
     rows, table = [], []
-    for key, label, unit in METRICS:
+    for key, label, unit in metrics:
         base = statistics.median(x[key] for x in results["base"])
         head = statistics.median(x[key] for x in results["head"])
         table.append([label, f"{base:.2f} {unit}", f"{head:.2f} {unit}", f"{head / base - 1:+.1%}"])
@@ -128,7 +156,8 @@ def main() -> None:
                  {"name": f"{label}: {revs['head']} / {revs['base']}", "value": round(head / base, 3), "unit": "x"}]
     print()
     print_table([f"median of {args.rounds} rounds", f"base {revs['base']}", f"head {revs['head']}", "change"], table)
-    print(f"wrote {write_results(__file__, rows)}")
+    script = __file__ if args.what == "train" else __file__.replace(".py", "-compile.py")
+    print(f"wrote {write_results(script, rows)}")
 
 
 if __name__ == "__main__":
