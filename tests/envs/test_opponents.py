@@ -2,7 +2,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import shared_track
+from shared_tracks import shared_track
 
 import jaxrace
 from jaxrace.envs import load_track_csv, opponents
@@ -64,11 +64,13 @@ def test_ai_does_not_run_into_a_stopped_car():
     arc = jnp.array([400.0, 250.0])
     lateral = params.tracks.raceline[jnp.array([700, 430])]
     xy, station = point_at(ts, arc, lateral)
-    body = state.cars.body.replace(x=xy[:, 0], y=xy[:, 1], yaw=params.tracks.heading[station],
-                                   vx=jnp.array([0.0, 40.0]))
+    body = state.cars.body.replace(
+        x=xy[:, 0], y=xy[:, 1], yaw=params.tracks.heading[station], vx=jnp.array([0.0, 40.0])
+    )
     lane = lateral - params.tracks.raceline[station]
-    state = state.replace(cars=state.cars._replace(body=body, station=station, arc=arc, lateral=lateral,
-                                                   progress=arc, lane=lane))
+    state = state.replace(
+        cars=state.cars._replace(body=body, station=station, arc=arc, lateral=lateral, progress=arc, lane=lane)
+    )
 
     def body_fn(state, _):
         _, state, *_ = env.step_env(jax.random.key(0), state, jnp.array([0.0, -1.0]), params)
@@ -88,8 +90,15 @@ def test_pure_pursuit_steers_back_to_the_line(side):
     line = params.tracks.raceline[300]
     xy, station = point_at(ts, arc, jnp.array([line + 3.0 * side]))
     body = state.cars.body.replace(x=xy[:, 0], y=xy[:, 1], yaw=params.tracks.heading[station], vx=jnp.full(1, 30.0))
-    cars = opponents.DriverInput(body=body, station=station, arc=arc, lateral=jnp.array([line + 3.0 * side]),
-                                 lane=jnp.zeros(1), accel=jnp.zeros(1), active=jnp.ones(1, bool))
+    cars = opponents.DriverInput(
+        body=body,
+        station=station,
+        arc=arc,
+        lateral=jnp.array([line + 3.0 * side]),
+        lane=jnp.zeros(1),
+        accel=jnp.zeros(1),
+        active=jnp.ones(1, bool),
+    )
     action, lane = opponents.drive(ts, cars, jnp.ones(1), jnp.zeros(1), params.car, 0.1)
     assert float(action[0, 0]) * side < -0.01  # left of the line steers right, and vice versa
     assert float(action[0, 1]) > 0.0  # below the reference speed on a straight: throttle

@@ -2,11 +2,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import REAL_CIRCUITS, shared_track
+from shared_tracks import shared_track
 
 from jaxrace.envs import BUILTIN_TRACKS, CarParams, TrackError, builtin_track, load_track_csv, procedural_track
 from jaxrace.envs import reference as ref
-from jaxrace.envs.circuits import filleted_polygon
+from jaxrace.envs.circuits import REAL_CIRCUITS, filleted_polygon
 from jaxrace.envs.track import (
     point_at,
     project,
@@ -94,8 +94,9 @@ def test_csv_loader_on_real_circuits(real_tracks):
         width = np.asarray(tr.width_left + tr.width_right)
         assert width.min() > 6.0 and width.max() < 30.0
         # The imported race line stays on the track.
-        assert np.all(np.abs(np.asarray(tr.raceline)) < np.maximum(np.asarray(tr.width_left),
-                                                                   np.asarray(tr.width_right)))
+        assert np.all(
+            np.abs(np.asarray(tr.raceline)) < np.maximum(np.asarray(tr.width_left), np.asarray(tr.width_right))
+        )
 
 
 def test_reference_lap_is_within_8_percent_of_real_gt3_qualifying(real_tracks):
@@ -129,7 +130,8 @@ def test_speed_profile_on_a_circle_is_the_steady_state_cornering_speed():
         lateral = speed**2 / radius
         traction = grip * np.sqrt(max(0.0, 1 - (lateral / grip) ** 2)) * car.lf / (car.lf + car.lr)
         resist = 0.5 * car.air_density * car.cda * speed**2 / car.mass + car.rolling_resistance * (
-            9.81 + down * speed**2)
+            9.81 + down * speed**2
+        )
         return traction - resist
 
     lo, hi = 10.0, np.sqrt(car.mu * 9.81 / (1.0 / radius - car.mu * down))
@@ -194,7 +196,8 @@ def test_projection_round_trips(club):
     proj = jax.jit(project)(ts, xy, station)
     np.testing.assert_allclose(np.asarray(proj.lateral), np.asarray(lateral), atol=5e-3)
     err = (np.asarray(proj.arc) - np.asarray(arc) + float(club.length) / 2) % float(club.length) - float(
-        club.length) / 2
+        club.length
+    ) / 2
     # Near a segment end on the inside of a bend a point lies on both neighbours, whose
     # arc lengths for it differ by at most |lateral| x the heading change per segment.
     bound = np.abs(np.asarray(lateral)) * np.abs(np.asarray(club.curvature)).max() * float(club.seg_len[0]) * 2
