@@ -5,7 +5,7 @@ Usage: python experiments/train_reference.py [--minutes 25] [--track oval]
 One run on a built-in circuit, trained until the time budget (compile included) is
 spent. Training episodes start at random places and speeds round the lap (`--start`)
 and end at a time limit or a course-out; half the envs (`--alone`) drive alone, the others among 7 AI
-cars at skill 0.9. Then:
+cars at skill 0.9, spread round the lap or, with `--pack-gap G`, bunched G m apart. Then:
 1. time trial: the best lap of the final policy in a two-lap deterministic run alone on
    the track, against the reference lap (target: within 10%, no course-out);
 2. 20 deterministic races from the back of an 8-car grid against the AI at skill 0.9
@@ -109,20 +109,26 @@ def main() -> None:
     parser.add_argument("--save", default=None,
                         help="write the final actor parameters to this directory (an orbax checkpoint)")
     parser.add_argument("--alone", type=float, default=0.5, help="share of training envs with no opponent")
+    parser.add_argument("--lookahead", type=float, nargs=2, default=(30, 10.0), metavar=("POINTS", "SPACING"),
+                        help="track-edge points ahead in the observation and metres between them")
+    parser.add_argument("--pack-gap", type=float, default=0.0,
+                        help="m between cars at a random start in traffic (a pack); 0: spread round the lap")
     args = parser.parse_args()
 
     ref_lap = float(reference_lap_time(builtin_track(args.track)))
     # Many laps: episodes end only at the time limit (bootstrapped). With a finish line
     # the return is the fixed lap distance whatever the speed, and nothing rewards pace.
-    env, params = jaxrace.make(track=args.track, start=args.start, laps=1000, time_limit=1.6 * ref_lap,
+    look = dict(lookahead_points=int(args.lookahead[0]), lookahead_spacing=float(args.lookahead[1]))
+    env, params = jaxrace.make(track=args.track, start=args.start, laps=1000, time_limit=1.6 * ref_lap, **look,
                                terminate_on_course_out=args.terminate_on_course_out)
     params = setup(env, params, SKILL, args.steer_lock_speed)
     num_envs = 16
     alone = round(args.alone * num_envs)
-    params = per_env_params(params, num_envs, num_active_opponents=[0] * alone + [7] * (num_envs - alone))
+    params = per_env_params(params, num_envs, num_active_opponents=[0] * alone + [7] * (num_envs - alone),
+                            random_start_gap=[0.0] * alone + [args.pack_gap] * (num_envs - alone))
     # The time trial is the race env with no opponent taking part (same observation shape).
-    tt_env, tt_params = jaxrace.make(track=args.track, start="grid_back", laps=2, num_active_opponents=0)
-    race_env, race_params = jaxrace.make(track=args.track, start="grid_back", laps=RACE_LAPS)
+    tt_env, tt_params = jaxrace.make(track=args.track, start="grid_back", laps=2, num_active_opponents=0, **look)
+    race_env, race_params = jaxrace.make(track=args.track, start="grid_back", laps=RACE_LAPS, **look)
     tt_params = setup(tt_env, tt_params, SKILL, args.steer_lock_speed)
     race_params = setup(race_env, race_params, SKILL, args.steer_lock_speed)
 
@@ -196,8 +202,11 @@ def main() -> None:
         {"name": f"{args.track}: races, finishing positions", "value": positions, "unit": "position"},
         {"name": f"{args.track}: races, collisions at fault (total)", "value": at_fault, "unit": "count"},
         {"name": f"{args.track}: races, course-outs (total)", "value": race_outs, "unit": "count"},
+        {"name": "command-line options", "value": {k: v for k, v in vars(args).items() if k != "save"},
+         "unit": "options"},
     ]
-    print_table(["measure", "value", "unit"], [[r["name"], r["value"], r["unit"]] for r in rows])
+    table = rows[:-1]
+    print_table(["measure", "value", "unit"], [[r["name"], r["value"], r["unit"]] for r in table])
     print(f"targets: lap within 10% of reference with no course-out: "
           f"{'met' if gap is not None and gap <= 10 and outs == 0 else 'NOT met'}; "
           f"median finish <= 3: {'met' if median_position <= 3 else 'NOT met'}")
