@@ -11,7 +11,7 @@ LLMS = ("offline", "openai", "replay")
 JUDGES = ("scripted", "vlm", "human")
 ACTOR_INPUTS = ("state", "pixels")
 # Where the human judge's page listens and how long it waits: a resumed run may change them.
-OPERATIONAL = ("judge_host", "judge_port", "judge_timeout_s")
+OPERATIONAL = ("judge_host", "judge_port", "judge_timeout_s", "traffic_start_gap")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,6 +46,9 @@ class DesignConfig:
     seed: int = 0
     track: str = "oval"
     opponents: int = 3
+    # metres between the cars where training envs with opponents start (a pack at a random place);
+    # 0 spreads them round the lap, where on a long circuit the agent seldom meets them (issue 16)
+    traffic_start_gap: float = 25.0
     ai_skill: float = 0.9
     race_laps: int = 1
     # training (QR-SAC; see jaxrace.agents.TrainConfig)
@@ -99,7 +102,7 @@ class DesignConfig:
         problems += [f"{k} must be at least 1 (got {getattr(self, k)})" for k in positive if getattr(self, k) < 1]
         nonneg = ("warmup_epochs", "opponents", "videos_per_candidate", "tac_min_preferences", "bootstrap_races",
                   "judge_equal_within", "llm_repairs", "llm_token_budget", "llm_call_budget", "judge_budget",
-                  "judge_port", "judge_timeout_s")
+                  "judge_port", "judge_timeout_s", "traffic_start_gap")
         problems += [f"{k} must be at least 0 (got {getattr(self, k)})" for k in nonneg if getattr(self, k) < 0]
         if self.n > self.m:
             problems.append(f"n (trained per iteration, {self.n}) cannot exceed m (generated, {self.m})")

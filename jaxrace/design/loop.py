@@ -102,8 +102,10 @@ class Envs:
                                                laps=1000, time_limit=1.6 * ref_lap, pixels=pixels)
         train_params = field(train_env, train_params)
         alone = config.num_envs // 2 if config.opponents else config.num_envs
-        train_params = per_env_params(train_params, config.num_envs, num_active_opponents=(
-            [0] * alone + [config.opponents] * (config.num_envs - alone)))
+        in_traffic = config.num_envs - alone
+        train_params = per_env_params(train_params, config.num_envs,
+                                      num_active_opponents=[0] * alone + [config.opponents] * in_traffic,
+                                      random_start_gap=[0.0] * alone + [config.traffic_start_gap] * in_traffic)
         race_env, race_params = jaxrace.make(track=config.track, num_opponents=config.opponents,
                                              laps=config.race_laps, start="grid_back", pixels=pixels)
         race_params = field(race_env, race_params)
