@@ -77,13 +77,10 @@ class Envs:
     ref_lap: float
 
     def race_fields(self, key: jax.Array, races: int):
-        """Race params with a leading race axis: each race its own field (opponents' skill within
-        +-0.03 of the configured one, aggression uniform in [0, 1]); the ego car's entries unused."""
-        c = self.race_env.static.num_cars
-        k_skill, k_aggr = jax.random.split(key)
-        skill = self.race_params.skill + jax.random.uniform(k_skill, (races, c), minval=-0.03, maxval=0.03)
-        aggression = jax.random.uniform(k_aggr, (races, c))
-        return jax.vmap(lambda s, a: self.race_params.replace(skill=s, aggression=a))(skill, aggression)
+        """Race params with a leading race axis: each race its own field (`jaxrace.envs.race_fields`)."""
+        from jaxrace.envs import race_fields
+
+        return race_fields(self.race_params, key, races)
 
     @classmethod
     def make(cls, config: DesignConfig) -> Envs:

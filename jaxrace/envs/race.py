@@ -68,6 +68,7 @@ class RaceEnv:
             terminate_on_course_out=jnp.bool_(False),
             random_start_speed=jnp.array([0.3, 0.9], jnp.float32),
             random_start_gap=jnp.float32(0.0),
+            grid_start_prob=jnp.float32(0.0),
             kerb_grip=jnp.float32(0.9),
             offtrack_grip=jnp.float32(0.6),
             offtrack_drag=jnp.float32(0.08),
@@ -128,6 +129,13 @@ class RaceEnv:
         n_active = jnp.clip(params.num_active_opponents, 0, s.num_opponents)
         active = idx <= n_active
 
+        # Two staggered columns behind the line, standing; the ego car takes the last slot.
+        grid_slot = jnp.where(idx == 0, n_active, idx - 1)
+        line = ts.row(jnp.int32(0))
+        grid_progress = -(8.0 + 8.0 * grid_slot).astype(jnp.float32)
+        grid_lateral = (jnp.where(grid_slot % 2 == 0, 1.0, -1.0)
+                        * jnp.minimum(2.5, jnp.minimum(line.width_left, line.width_right) - 1.5))
+        zeros = jnp.zeros((num_cars,), jnp.float32)
         if s.start == "random":
             # Equal slots round the lap (or `random_start_gap` apart: a pack in traffic at a
             # random place), shuffled, with jitter inside each slot.
@@ -153,23 +161,23 @@ class RaceEnv:
             speed = frac * here.ref_speed
             progress = opponents.wrap_half(arc - arc[0], ts.length)
             lap_origin = progress
+            # Some episodes start as a race does: standing on the grid (the same layout as start="grid_back").
+            on_grid = jax.random.uniform(jax.random.fold_in(k_slot, 1)) < params.grid_start_prob
+            progress = jnp.where(on_grid, grid_progress, progress)
+            lateral = jnp.where(on_grid, grid_lateral, lateral)
+            arc = jnp.where(on_grid, grid_progress % ts.length, arc)
+            speed = jnp.where(on_grid, 0.0, speed)
+            lap_origin = jnp.where(on_grid, 0.0, lap_origin)
+        elif s.start == "time_trial":
+            progress = zeros
+            lateral = jnp.broadcast_to(line.raceline, (num_cars,))
+            arc, speed, lap_origin = zeros, zeros, zeros
         else:
-            # Two staggered columns behind the line; the ego car takes the last slot.
-            slot = jnp.where(idx == 0, n_active, idx - 1)
-            progress = -(8.0 + 8.0 * slot).astype(jnp.float32)
-            column = jnp.where(slot % 2 == 0, 1.0, -1.0)
-            line = ts.row(jnp.int32(0))
-            lateral = column * jnp.minimum(2.5, jnp.minimum(line.width_left, line.width_right) - 1.5)
-            if s.start == "time_trial":
-                progress = jnp.zeros((num_cars,), jnp.float32)
-                lateral = jnp.broadcast_to(line.raceline, (num_cars,))
-            arc = progress % ts.length
-            speed = jnp.zeros((num_cars,), jnp.float32)
-            lap_origin = jnp.zeros((num_cars,), jnp.float32)
+            progress, lateral = grid_progress, grid_lateral
+            arc, speed, lap_origin = grid_progress % ts.length, zeros, zeros
         xy, station = point_at(ts, arc, lateral)
         start_row = ts.row(station)
         yaw = start_row.heading
-        zeros = jnp.zeros((num_cars,), jnp.float32)
         false = jnp.zeros((num_cars,), bool)
         body = VehicleState(x=xy[:, 0], y=xy[:, 1], yaw=yaw, vx=speed.astype(jnp.float32), vy=zeros,
                             yaw_rate=zeros, steer=zeros)

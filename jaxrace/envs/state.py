@@ -86,6 +86,7 @@ class EnvParams:
     terminate_on_course_out: jax.Array  # bool
     random_start_speed: jax.Array  # f32[2], random starts: speed range / reference speed
     random_start_gap: jax.Array  # f32, random starts: m between consecutive cars (0: spread round the lap)
+    grid_start_prob: jax.Array  # f32, random starts: chance an episode starts standing on the grid, ego car last
     kerb_grip: jax.Array  # f32, grip factor on kerbs
     offtrack_grip: jax.Array  # f32, grip factor on grass
     offtrack_drag: jax.Array  # f32, extra rolling-drag coefficient on grass
@@ -165,3 +166,18 @@ def per_env_params(env_params: EnvParams, num_envs: int, **fields) -> EnvParams:
             raise ValueError(f"per_env_params: {name} needs {num_envs} values (one per env), got shape {values.shape}")
         batched = batched.replace(**{name: values})
     return batched
+
+
+def race_fields(params: EnvParams, key: jax.Array, num_races: int, skill_spread: float = 0.03) -> EnvParams:
+    """EnvParams with a leading race axis: each race its own AI field, so races differ.
+
+    The dynamics are deterministic and a grid start has no randomness, so races that
+    share params are copies of one race. Here every opponent's skill is drawn within
+    +-`skill_spread` of its configured one and its aggression uniformly in [0, 1]
+    (the ego car's entries are unused). Use with `evaluate(..., params_per_race=True)`.
+    """
+    cars = params.skill.shape[-1]
+    k_skill, k_aggr = jax.random.split(key)
+    skill = params.skill + jax.random.uniform(k_skill, (num_races, cars), minval=-skill_spread, maxval=skill_spread)
+    aggression = jax.random.uniform(k_aggr, (num_races, cars))
+    return jax.vmap(lambda s, a: params.replace(skill=s, aggression=a))(skill, aggression)

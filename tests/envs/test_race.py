@@ -117,6 +117,27 @@ def test_random_starts_in_a_pack_keep_the_cars_close_and_at_one_speed():
     assert np.all(np.asarray(states.view.edge_margin) > 0.0)
 
 
+def test_random_starts_can_start_on_the_grid():
+    """grid_start_prob: that share of random-start episodes are the race's grid start, exactly."""
+    env, params = jaxrace.make(track="club", num_opponents=5, start="random")
+    grid_env, grid_params = jaxrace.make(track="club", num_opponents=5, start="grid_back")
+    reset = jax.jit(jax.vmap(env.reset, in_axes=(0, None)))
+    keys = jax.random.split(jax.random.key(4), 400)
+    _, always = reset(keys[:8], params.replace(grid_start_prob=jnp.float32(1.0)))
+    _, grid = grid_env.reset(jax.random.key(0), grid_params)
+    for name in ("progress", "arc", "lateral", "lap_origin"):
+        for s in range(8):
+            np.testing.assert_array_equal(np.asarray(getattr(always.cars, name)[s]),
+                                          np.asarray(getattr(grid.cars, name)), err_msg=name)
+    np.testing.assert_array_equal(np.asarray(always.cars.body.speed), 0.0)
+    assert np.all(np.asarray(always.view.rank) == 6)
+    _, mixed = reset(keys, params.replace(grid_start_prob=jnp.float32(0.25)))
+    standing = np.all(np.asarray(mixed.cars.body.speed) == 0.0, axis=1)
+    assert 0.18 < standing.mean() < 0.32  # 100 expected of 400
+    _, never = reset(keys, params)
+    assert not np.any(np.all(np.asarray(never.cars.body.speed) == 0.0, axis=1))
+
+
 def test_grid_start_puts_the_ego_car_at_the_back(grid):
     env, params = grid
     _, state = env.reset(jax.random.key(0), params)
