@@ -3,26 +3,34 @@
 Usage: python experiments/train_reference.py [--minutes 25] [--track oval|club|gp|PATH.csv]
 
 One run on a built-in circuit or a real one (`--track ../shared/tracks/BrandsHatch.csv`,
-its race line read from NAME_raceline.csv beside it), trained until the time budget (compile included) is
-spent. Training episodes start at random places and speeds round the lap (`--start`)
-and end at a time limit or a course-out; half the envs (`--alone`) drive alone, the others among 7 AI
-cars at skill 0.9, spread round the lap or, with `--pack-gap G`, bunched G m apart. Then:
-1. time trial: the best lap of the final policy in a two-lap deterministic run alone on
+its race line read from NAME_raceline.csv beside it), trained until the time budget is
+spent (compile and the checkpoint-selection races included). Training episodes start at
+random places and speeds round the lap (`--start`), or with `--grid-prob P` standing on
+the grid as a race does, and end at a time limit or a course-out; half the envs
+(`--alone`) drive alone, the others among 7 AI cars at skill 0.9, spread round the lap
+or, with `--pack-gap G`, bunched G m apart; each env's AI cars get their own aggression
+(`--ai-aggression varied`). Then:
+1. time trial: the best lap of the policy in a two-lap deterministic run alone on
    the track, against the reference lap (issue 16's target: within 5%, no course-out);
-2. 20 deterministic races from the back of an 8-car grid against the AI at skill 0.9
-   (targets: median finishing position 3rd or better, at most 2 at-fault contacts and
-   1 course-out per race).
-A deterministic time-trial lap is also timed every `--eval-every` chunks for the
-learning curve; the policy of the fastest of those laps without a course-out (the
-checkpoint a user would keep) is assessed the same way as the final one. Writes
-results/train_reference.json and results/train_reference.png (with `--tag T`:
-train_reference-T.json and .png, for variants).
+2. 20 deterministic races from the back of an 8-car grid against the AI at skill 0.9,
+   each race with its own field (every AI car's aggression drawn in [0, 1]; with one
+   shared field the deterministic races would be 20 copies of one race). Targets:
+   median finishing position 3rd or better, at most 2 at-fault contacts and 1
+   course-out per race.
+Every `--eval-every` chunks the policy also runs a time trial and `--select-races` races
+on other fields than those of step 2; the best of those checkpoints by a racing score
+(mean position + at-fault contacts and course-outs per race + a time-trial penalty) is
+the kept checkpoint, assessed beside the final policy. Writes results/train_reference.json
+and .png (with `--tag T`: train_reference-T.json and .png, for variants).
+Pin a run to one core with `taskset -c 0` to train two seeds side by side: the rows
+record the cores used.
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+import os
 import time
 from pathlib import Path
 
@@ -36,7 +44,7 @@ from jaxrace.agents import HParams, TrainConfig, make_train
 from jaxrace.agents.checkpoint import save_checkpoint
 from jaxrace.agents.evaluation import evaluate
 from jaxrace.agents.networks import NetworkConfig
-from jaxrace.envs import builtin_track, load_track_csv, per_env_params, reference_lap_time
+from jaxrace.envs import builtin_track, load_track_csv, per_env_params, race_fields, reference_lap_time
 from jaxrace.rewards import RewardBank, library_reward
 
 SKILL = 0.9
@@ -68,20 +76,32 @@ def load_track(spec: str):
     return load_track_csv(centre, raceline if raceline.exists() else None), centre.stem
 
 
-def assess(trainer, actor, tt_env, tt_params, race_env, race_params, ref_lap: float, races: int, k_eval, k_race):
-    """Time trial and races of one policy: a dict of host-side numbers."""
+def assess(trainer, actor, tt_env, tt_params, race_env, fields, ref_lap: float, k_eval, k_race):
+    """Time trial and races of one policy (`fields`: race params with a leading race axis)."""
     lap, outs = time_trial(trainer, actor, tt_env, tt_params, ref_lap, k_eval)
+    races = int(fields.laps.shape[0])
     race_steps = math.ceil(RACE_LAPS * ref_lap / SKILL * 1.3 / 0.1)
-    metrics = evaluate(trainer, jax.tree.map(lambda x: x[None], actor), race_env, race_params, k_race,
-                       race_steps, num_races=races).metrics[0]
+    metrics = evaluate(trainer, jax.tree.map(lambda x: x[None], actor), race_env, fields, k_race,
+                       race_steps, num_races=races, params_per_race=True).metrics[0]
     return dict(lap=lap, outs=outs, gap=None if lap is None else 100 * (lap / ref_lap - 1),
                 positions=[r.finishing_position for r in metrics],
                 at_fault=sum(r.collisions_at_fault for r in metrics),
                 race_outs=sum(r.course_outs for r in metrics))
 
 
-def result_rows(prefix: str, a: dict, races: int) -> list[dict]:
-    lap, gap = a["lap"], a["gap"]
+def racing_score(a: dict) -> float:
+    """Lower is better: mean position, at-fault contacts and course-outs per race, and a
+    time-trial penalty (0 within 5% with no course-out; 10 without a full lap)."""
+    races = len(a["positions"])
+    if a["gap"] is None:
+        tt = 10.0
+    else:
+        tt = max(a["gap"] - 5.0, 0.0) / 5.0 + a["outs"]
+    return float(np.mean(a["positions"])) + (a["at_fault"] + a["race_outs"]) / races + tt
+
+
+def result_rows(prefix: str, a: dict) -> list[dict]:
+    lap, gap, races = a["lap"], a["gap"], len(a["positions"])
     return [
         {"name": f"{prefix}time-trial best lap", "value": None if lap is None else round(lap, 2), "unit": "s"},
         {"name": f"{prefix}time-trial lap vs reference", "value": None if gap is None else round(gap, 1), "unit": "%"},
@@ -94,8 +114,9 @@ def result_rows(prefix: str, a: dict, races: int) -> list[dict]:
     ]
 
 
-def targets(a: dict, races: int) -> str:
+def targets(a: dict) -> str:
     """Issue 16's targets, met or not, for one assessed policy."""
+    races = len(a["positions"])
     checks = [("lap within 5% with no course-out", a["gap"] is not None and a["gap"] <= 5 and a["outs"] == 0),
               ("median finish <= 3", float(np.median(a["positions"])) <= 3),
               ("<= 2 at-fault contacts per race", a["at_fault"] <= 2 * races),
@@ -135,21 +156,44 @@ def plot_curve(path, curve, evals, ref_lap):
     fig.savefig(path, dpi=100)
 
 
+def parse_weights(parser, items) -> dict:
+    weights = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        try:
+            weights[name.strip()] = float(value)
+        except ValueError:
+            sep = ""
+        if not sep:
+            parser.error(f"--weight {item!r}: expected NAME=NUMBER, e.g. w_rear_end=20")
+    return weights
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--minutes", type=float, default=25.0, help="training budget, compile included")
+    parser.add_argument("--minutes", type=float, default=25.0,
+                        help="training budget, compile and checkpoint-selection races included")
     parser.add_argument("--track", default="oval")
     parser.add_argument("--chunk-epochs", type=int, default=200)
-    parser.add_argument("--eval-every", type=int, default=5, help="chunks between time-trial evaluations")
+    parser.add_argument("--eval-every", type=int, default=5, help="chunks between checkpoint evaluations")
+    parser.add_argument("--select-races", type=int, default=8,
+                        help="races per checkpoint evaluation (0: time trial only)")
     parser.add_argument("--races", type=int, default=20)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--target-entropy", type=float, default=-2.0)
     parser.add_argument("--n-step", type=int, default=5)
+    parser.add_argument("--discount", type=float, default=0.99)
+    parser.add_argument("--reward-scale", type=float, default=0.1)
     parser.add_argument("--start", default="random", choices=["random", "grid_back"],
                         help="training starts: random places and speeds round the lap, or the grid")
+    parser.add_argument("--grid-prob", type=float, default=0.0,
+                        help="with --start random: share of episodes that start standing on the grid")
+    parser.add_argument("--envs", type=int, default=16, help="training envs")
     parser.add_argument("--hidden", type=int, default=128)
-    parser.add_argument("--updates", type=int, default=16, help="gradient updates per epoch (16 envs x 8 steps)")
+    parser.add_argument("--critic-layer-norm", action="store_true", help="LayerNorm in the critics' hidden layers")
+    parser.add_argument("--updates", type=int, default=16, help="gradient updates per epoch (envs x 8 steps)")
     parser.add_argument("--batch", type=int, default=256)
+    parser.add_argument("--replay", type=int, default=300_000, help="replay capacity (transitions)")
     parser.add_argument("--no-terminate-on-course-out", dest="terminate_on_course_out", action="store_false",
                         help="keep training episodes going after a course-out (the reward's penalty only)")
     parser.add_argument("--steer-lock-speed", type=float, default=20.0,
@@ -158,13 +202,17 @@ def main() -> None:
                         help="override one of the reward's PARAMS, e.g. --weight w_rear_end=20 (repeatable)")
     parser.add_argument("--tag", default="", help="results go to results/train_reference-<tag>.json and .png")
     parser.add_argument("--save", default=None,
-                        help="write the final actor parameters to this directory (an orbax checkpoint)")
+                        help="write the final and the kept actor's parameters under this directory (orbax)")
     parser.add_argument("--alone", type=float, default=0.5, help="share of training envs with no opponent")
     parser.add_argument("--lookahead", type=float, nargs=2, default=(30, 10.0), metavar=("POINTS", "SPACING"),
                         help="track-edge points ahead in the observation and metres between them")
     parser.add_argument("--pack-gap", type=float, default=0.0,
                         help="m between cars at a random start in traffic (a pack); 0: spread round the lap")
+    parser.add_argument("--ai-aggression", default="fixed", choices=["fixed", "varied"],
+                        help="training AI: every car at aggression 0.5, or each env's cars drawn in [0, 1]")
     args = parser.parse_args()
+    if not 0.0 <= args.grid_prob <= 1.0:
+        parser.error(f"--grid-prob must be in [0, 1], got {args.grid_prob}")
 
     track, track_name = load_track(args.track)
     ref_lap = float(reference_lap_time(track))
@@ -172,92 +220,112 @@ def main() -> None:
     # the return is the fixed lap distance whatever the speed, and nothing rewards pace.
     look = dict(lookahead_points=int(args.lookahead[0]), lookahead_spacing=float(args.lookahead[1]))
     env, params = jaxrace.make(track=track, start=args.start, laps=1000, time_limit=1.6 * ref_lap, **look,
-                               terminate_on_course_out=args.terminate_on_course_out)
+                               terminate_on_course_out=args.terminate_on_course_out, grid_start_prob=args.grid_prob)
     params = setup(env, params, SKILL, args.steer_lock_speed)
-    num_envs = 16
+    num_envs = args.envs
     alone = round(args.alone * num_envs)
-    params = per_env_params(params, num_envs, num_active_opponents=[0] * alone + [7] * (num_envs - alone),
-                            random_start_gap=[0.0] * alone + [args.pack_gap] * (num_envs - alone))
+    key = jax.random.key(args.seed)
+    k_init, k_eval, k_race, k_select, k_train_ai, k_fields = jax.random.split(key, 6)
+    per_env = dict(num_active_opponents=[0] * alone + [7] * (num_envs - alone),
+                   random_start_gap=[0.0] * alone + [args.pack_gap] * (num_envs - alone))
+    if args.ai_aggression == "varied":
+        per_env["aggression"] = jax.random.uniform(k_train_ai, (num_envs, env.static.num_cars))
+    params = per_env_params(params, num_envs, **per_env)
     # The time trial is the race env with no opponent taking part (same observation shape).
     tt_env, tt_params = jaxrace.make(track=track, start="grid_back", laps=2, num_active_opponents=0, **look)
     race_env, race_params = jaxrace.make(track=track, start="grid_back", laps=RACE_LAPS, **look)
     tt_params = setup(tt_env, tt_params, SKILL, args.steer_lock_speed)
     race_params = setup(race_env, race_params, SKILL, args.steer_lock_speed)
+    # The assessment's fields and the selection's are drawn apart: the kept checkpoint is
+    # chosen on races it is not then judged by.
+    final_fields = race_fields(race_params, k_fields, args.races, skill_spread=0.0)
+    select_fields = race_fields(race_params, k_select, max(args.select_races, 1), skill_spread=0.0)
 
     bank = RewardBank.from_compiled([library_reward("gt_sophy")])
-    network = NetworkConfig(recurrent=False, hidden=args.hidden)
+    network = NetworkConfig(recurrent=False, hidden=args.hidden, critic_layer_norm=args.critic_layer_norm)
     config = TrainConfig(network=network, num_envs=num_envs, rollout_steps=8, updates_per_epoch=args.updates,
-                         batch_size=args.batch, replay_size=300_000,
+                         batch_size=args.batch, replay_size=args.replay,
                          n_step=args.n_step, warmup_epochs=20, epochs=args.chunk_epochs)
     trainer = make_train(config, env, params, bank)
-    weights = {}
-    for item in args.weight:
-        name, sep, value = item.partition("=")
-        try:
-            weights[name.strip()] = float(value)
-        except ValueError:
-            sep = ""
-        if not sep:
-            parser.error(f"--weight {item!r}: expected NAME=NUMBER, e.g. w_rear_end=20")
-    hparams = HParams(reward_scale=0.1, discount=0.99, target_entropy=args.target_entropy,
+    weights = parse_weights(parser, args.weight)
+    hparams = HParams(reward_scale=args.reward_scale, discount=args.discount, target_entropy=args.target_entropy,
                       reward_params=jnp.asarray(bank.params_matrix([weights])[0]))
     steps_per_epoch = config.num_envs * config.rollout_steps
-    key = jax.random.key(args.seed)
-    k_init, k_eval, k_race = jax.random.split(key, 3)
 
     init = jax.jit(trainer.init)
-    chunk = jax.jit(lambda s: trainer.run_epochs(s, hparams, 0, args.chunk_epochs))
+    chunk = jax.jit(lambda s: trainer.run_epochs(s, hparams, 0, args.chunk_epochs), donate_argnums=0)
     t0 = time.perf_counter()
     state = init(k_init, hparams, 0)
     curve, evals, chunks, best = [], [], 0, None
-    while time.perf_counter() - t0 < 60 * args.minutes:
+    chunk_s = eval_s = 0.0
+    budget = 60 * args.minutes
+    while time.perf_counter() - t0 + chunk_s + (eval_s if (chunks + 1) % args.eval_every == 0 else 0.0) < budget:
+        started = time.perf_counter()
         state, metrics = chunk(state)
         chunks += 1
         epochs = chunks * args.chunk_epochs
         progress, reward = float(np.mean(metrics.progress)), float(np.mean(metrics.reward))
         curve.append((epochs * steps_per_epoch, progress, reward))
+        chunk_s = time.perf_counter() - started
         line = (f"{time.perf_counter() - t0:7.0f} s  epoch {epochs:6d}  steps {epochs * steps_per_epoch:9d}  "
                 f"progress {progress:.2f} m/step  reward {reward:.2f}  alpha {float(metrics.alpha[-1]):.3f}  "
                 f"critic {float(np.mean(metrics.critic_loss)):.3f}")
-        if chunks % args.eval_every == 0:
-            lap, outs = time_trial(trainer, state.actor, tt_env, tt_params, ref_lap, jax.random.fold_in(k_eval, chunks))
-            evals.append((epochs * steps_per_epoch, lap, outs))
-            if lap is not None and outs == 0 and (best is None or lap < best[0]):
-                best = (lap, epochs * steps_per_epoch, state.actor)
-            line += f"  time-trial best lap {lap if lap is None else round(lap, 2)} s, course-outs {outs}"
-        print(line, flush=True)
         if bool(state.failed):
             raise SystemExit("the run failed (non-finite loss): see the log above")
+        if chunks % args.eval_every == 0:
+            started = time.perf_counter()
+            k_tt = jax.random.fold_in(k_eval, chunks)
+            if args.select_races:
+                a = assess(trainer, state.actor, tt_env, tt_params, race_env, select_fields, ref_lap, k_tt, k_select)
+            else:
+                lap, outs = time_trial(trainer, state.actor, tt_env, tt_params, ref_lap, k_tt)
+                a = dict(lap=lap, outs=outs, gap=None if lap is None else 100 * (lap / ref_lap - 1),
+                         positions=[8], at_fault=0, race_outs=0)
+            score = racing_score(a)
+            evals.append((epochs * steps_per_epoch, a["lap"], a["outs"], score))
+            if best is None or score < best[0]:
+                best = (score, epochs * steps_per_epoch, jax.tree.map(np.asarray, state.actor))
+            eval_s = time.perf_counter() - started
+            lap = a["lap"]
+            line += (f"  | time trial {lap if lap is None else round(lap, 2)} s, {a['outs']} outs; races: mean pos "
+                     f"{np.mean(a['positions']):.1f}, at fault {a['at_fault']}, outs {a['race_outs']}; "
+                     f"score {score:.2f} ({eval_s:.0f} s)")
+        print(line, flush=True)
     train_s = time.perf_counter() - t0
-    if args.save:
-        save_checkpoint(args.save, state.actor, chunks)
     total_steps = chunks * args.chunk_epochs * steps_per_epoch
+    if args.save:
+        save_checkpoint(Path(args.save) / "final", state.actor, chunks)
+        if best is not None:
+            save_checkpoint(Path(args.save) / "kept", best[2], best[1])
 
-    final = assess(trainer, state.actor, tt_env, tt_params, race_env, race_params, ref_lap, args.races,
-                   k_eval, k_race)
+    final = assess(trainer, state.actor, tt_env, tt_params, race_env, final_fields, ref_lap, k_eval, k_race)
     tag = f"{track_name}: "
     rows = [
-        {"name": f"{tag}training wall time incl. compile", "value": round(train_s, 1), "unit": "s"},
+        {"name": f"{tag}training wall time incl. compile and selection races", "value": round(train_s, 1),
+         "unit": "s"},
+        {"name": f"{tag}CPU cores used", "value": len(os.sched_getaffinity(0)), "unit": "cores"},
         {"name": f"{tag}env steps trained", "value": total_steps, "unit": "steps"},
         {"name": f"{tag}reference lap", "value": round(ref_lap, 2), "unit": "s"},
-        *result_rows(tag, final, args.races),
+        *result_rows(tag, final),
     ]
     if best is not None:
-        kept = assess(trainer, best[2], tt_env, tt_params, race_env, race_params, ref_lap, args.races, k_eval, k_race)
+        kept = assess(trainer, best[2], tt_env, tt_params, race_env, final_fields, ref_lap, k_eval, k_race)
         rows += [{"name": f"{tag}kept checkpoint: env steps", "value": best[1], "unit": "steps"},
-                 *result_rows(f"{tag}kept checkpoint: ", kept, args.races)]
+                 *result_rows(f"{tag}kept checkpoint: ", kept)]
+    rows.append({"name": f"{tag}checkpoint evaluations (steps, lap, course-outs, score)",
+                 "value": [list(e) for e in evals], "unit": "list"})
     rows.append({"name": "command-line options", "value": {k: v for k, v in vars(args).items() if k != "save"},
                  "unit": "options"})
-    print_table(["measure", "value", "unit"], [[r["name"], r["value"], r["unit"]] for r in rows[:-1]])
-    print(f"final policy: {targets(final, args.races)}")
+    print_table(["measure", "value", "unit"], [[r["name"], r["value"], r["unit"]] for r in rows[:-2]])
+    print(f"final policy: {targets(final)}")
     if best is not None:
-        print(f"kept checkpoint ({best[1]} steps): {targets(kept, args.races)}")
+        print(f"kept checkpoint ({best[1]} steps): {targets(kept)}")
     name = "train_reference" + (f"-{args.tag}" if args.tag else "")
     print(f"wrote {write_results(name, rows)}")
-    evals.append((total_steps, final["lap"], final["outs"]))
+    evals.append((total_steps, final["lap"], final["outs"], racing_score(final)))
     png = RESULTS / f"{name}.png"
     try:
-        plot_curve(png, curve, evals, ref_lap)
+        plot_curve(png, curve, [e[:3] for e in evals], ref_lap)
     except ImportError as err:  # matplotlib is in the `bench` extra; the JSON above has every number
         print(f"skipped the plot ({err}); install it with: .venv/bin/pip install -e '.[bench]'")
     else:

@@ -32,6 +32,7 @@ class NetworkConfig:
     critic_layers: int = 2
     num_quantiles: int = 32
     cnn_channels: tuple[int, ...] = (32, 64, 64)
+    critic_layer_norm: bool = False  # LayerNorm before each hidden ReLU of the critics (as RLPD and BRO)
 
     def __post_init__(self):
         if self.actor_input not in ("state", "pixels"):
@@ -113,7 +114,10 @@ class QuantileCritic(nn.Module):
         else:
             x = jnp.concatenate([obs["privileged"], obs["proprio"], action], axis=-1)
         for _ in range(c.critic_layers):
-            x = nn.relu(nn.Dense(c.hidden)(x))
+            x = nn.Dense(c.hidden)(x)
+            if c.critic_layer_norm:
+                x = nn.LayerNorm()(x)
+            x = nn.relu(x)
         return nn.Dense(c.num_quantiles)(x)
 
 
