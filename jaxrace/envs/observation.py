@@ -5,6 +5,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from jaxrace.envs import opponents
 from jaxrace.envs.laps import gaps
 from jaxrace.envs.state import EnvParams, EnvState, StaticParams
 from jaxrace.envs.track import StationRow, TrackSlice
@@ -82,8 +83,8 @@ def observation(static: StaticParams, state: EnvState, params: EnvParams, ts: Tr
     race position in [0, 1] (0 = leading).
     privileged (for the critic): L track-edge stations ahead, every
     `lookahead_spacing` m, as left (x, y) and right (x, y) in the car frame / 100 m;
-    then the K nearest active opponents (nearest first) as relative position / 50 m,
-    relative velocity / 20 m/s (car frame) and a presence flag.
+    then the K nearest active opponents (nearest first, 5 numbers each, see
+    `opponent_slots`).
     `ts` is the track slice of `state.track_index`. Pixels are added by `RaceEnv`.
     """
     s = static
@@ -115,14 +116,42 @@ def observation(static: StaticParams, state: EnvState, params: EnvParams, ts: Tr
 
     parts = [edge_feat]
     if s.num_slots:
-        dx, dy = c.body.x - body.x, c.body.y - body.y
-        dist = jnp.where(state.active & (jnp.arange(s.num_cars) > 0), jnp.hypot(dx, dy), jnp.inf)
-        nearest = smallest_k(dist, s.num_slots)
-        wvx = c.body.vx * jnp.cos(c.body.yaw) - c.body.vy * jnp.sin(c.body.yaw)
-        wvy = c.body.vx * jnp.sin(c.body.yaw) + c.body.vy * jnp.cos(c.body.yaw)
+        parts.append(opponent_slots(s, state, ts, to_car))
+    return {"proprio": proprio, "privileged": jnp.concatenate(parts).astype(jnp.float32)}
+
+
+def opponent_slots(static: StaticParams, state: EnvState, ts: TrackSlice, to_car) -> jax.Array:
+    """f32[5 K]: the K nearest active opponents, nearest first, 5 numbers each (zeros when absent).
+
+    `static.opponent_frame == "car"`: relative position / 50 m and velocity / 20 m/s in the
+    ego car's frame (`to_car` rotates world vectors into it), and a presence flag.
+    `"track"`: the gap along the track / 25 m (clipped to +-4: beyond 100 m a car is just far),
+    the lateral gap / 4 m, the along-track and lateral speed differences / 20 and / 5 m/s,
+    and a presence flag: at racing distances a one-metre lane overlap is a quarter of a
+    unit, where in the car frame it is 0.02 beside positions of a kilometre (+-20).
+    """
+    c = state.cars
+    body = c.body
+    wvx = body.vx * jnp.cos(body.yaw) - body.vy * jnp.sin(body.yaw)
+    wvy = body.vx * jnp.sin(body.yaw) + body.vy * jnp.cos(body.yaw)
+    others = state.active & (jnp.arange(static.num_cars) > 0)
+    if static.opponent_frame == "track":
+        rows = ts.row(c.station)
+        along = opponents.wrap_half(c.arc - c.arc[0], ts.length)
+        side = c.lateral - c.lateral[0]
+        v_along = wvx * rows.tx + wvy * rows.ty
+        v_side = wvx * rows.nx + wvy * rows.ny
+        dist = jnp.where(others, jnp.hypot(along, side), jnp.inf)
+        nearest = smallest_k(dist, static.num_slots)
+        slots = jnp.stack([jnp.clip(along[nearest] / 25.0, -4.0, 4.0), side[nearest] / 4.0,
+                           (v_along[nearest] - v_along[0]) / 20.0, (v_side[nearest] - v_side[0]) / 5.0,
+                           jnp.ones((static.num_slots,))], axis=-1)
+    else:
+        dx, dy = body.x - body.x[0], body.y - body.y[0]
+        dist = jnp.where(others, jnp.hypot(dx, dy), jnp.inf)
+        nearest = smallest_k(dist, static.num_slots)
         px, py = to_car(dx[nearest], dy[nearest])
         rvx, rvy = to_car(wvx[nearest] - wvx[0], wvy[nearest] - wvy[0])
-        present = jnp.isfinite(dist[nearest])
         slots = jnp.stack([px / 50.0, py / 50.0, rvx / 20.0, rvy / 20.0, jnp.ones_like(px)], axis=-1)
-        parts.append(jnp.where(present[:, None], slots, 0.0).reshape(-1))
-    return {"proprio": proprio, "privileged": jnp.concatenate(parts).astype(jnp.float32)}
+    present = jnp.isfinite(dist[nearest])
+    return jnp.where(present[:, None], slots, 0.0).reshape(-1)

@@ -35,6 +35,7 @@ class StaticParams:
     lookahead_points: int = 30  # track-edge stations ahead in the privileged observation
     lookahead_spacing: float = 10.0  # m between them
     opponent_slots: int = 6  # nearest opponents in the privileged observation
+    opponent_frame: str = "car"  # their relative states in the car's frame, or in the track's ("track")
     pixels: bool = False  # add obs["pixels"], uint8[H, W, 3] from the ego camera
     image_size: tuple[int, int] = (64, 64)  # (H, W)
     camera: str = "chase"  # "chase" (behind and above, looking ahead) or "topdown"
@@ -47,6 +48,8 @@ class StaticParams:
             raise ValueError(f"start must be one of {START_MODES}, got {self.start!r}")
         if self.start == "time_trial" and self.num_opponents:
             raise ValueError("start='time_trial' races alone: use num_opponents=0")
+        if self.opponent_frame not in ("car", "track"):
+            raise ValueError(f"opponent_frame must be 'car' or 'track', got {self.opponent_frame!r}")
         if self.camera not in ("chase", "topdown"):
             raise ValueError(f"camera must be 'chase' or 'topdown', got {self.camera!r}")
         if len(self.image_size) != 2 or min(self.image_size) < 8:

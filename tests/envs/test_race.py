@@ -138,6 +138,28 @@ def test_random_starts_can_start_on_the_grid():
     assert not np.any(np.all(np.asarray(never.cars.body.speed) == 0.0, axis=1))
 
 
+def test_opponents_in_the_track_frame_on_the_grid():
+    """opponent_frame="track": gap along / 25 m, lateral gap / 4 m, speed differences, presence."""
+    env, params = jaxrace.make(track="club", num_opponents=7, start="grid_back", opponent_frame="track")
+    obs, state = env.reset(jax.random.key(0), params)
+    slots = np.asarray(obs["privileged"][4 * 30:]).reshape(6, 5)
+    side = 2 * float(state.cars.lateral[1]) / 4.0  # the columns sit at +-lateral[1]
+    # Nearest first: 8 m ahead in the other column, then 16 m ahead in ours, 24 m in the other...
+    np.testing.assert_allclose(slots[:3, :2], [[8 / 25, side], [16 / 25, 0.0], [24 / 25, side]], atol=1e-5)
+    np.testing.assert_array_equal(slots[:, 2:4], 0.0)  # standing
+    np.testing.assert_array_equal(slots[:, 4], 1.0)
+    # With two opponents taking part the other slots are empty (zeros).
+    obs, _ = env.reset(jax.random.key(0), params.replace(num_active_opponents=jnp.int32(2)))
+    slots = np.asarray(obs["privileged"][4 * 30:]).reshape(6, 5)
+    np.testing.assert_allclose(slots[:2, 0], [8 / 25, 16 / 25], atol=1e-5)
+    np.testing.assert_array_equal(slots[2:], 0.0)
+    # Far cars saturate at 4 (100 m) instead of growing with the distance.
+    env, params = jaxrace.make(track="club", num_opponents=7, start="random", opponent_frame="track")
+    obs, _ = jax.vmap(env.reset, in_axes=(0, None))(jax.random.split(jax.random.key(1), 8), params)
+    along = np.asarray(obs["privileged"][:, 4 * 30:]).reshape(8, 6, 5)[..., 0]
+    assert np.abs(along).max() == 4.0
+
+
 def test_grid_start_puts_the_ego_car_at_the_back(grid):
     env, params = grid
     _, state = env.reset(jax.random.key(0), params)
