@@ -96,7 +96,7 @@ def per_run_hparams(hparams: HParams, runs: int) -> HParams:
 def train_many(trainer: Trainer, key: jax.Array, reward_indices, seeds_per_reward: int = 1,
                hparams: HParams | None = None, chunk_epochs: int | None = None, progress=None,
                checkpoint: str | None = None, fused: bool = False, checkpoint_async: bool = False,
-               devices=None):
+               devices=None, keep=None):
     """Trains every (reward index, seed) pair as one vmapped, jitted job.
 
     Args:
@@ -121,6 +121,9 @@ def train_many(trainer: Trainer, key: jax.Array, reward_indices, seeds_per_rewar
 
         devices: the devices to train on (default: all, of every process). This
             process's own (`jax.local_devices()`) make a job of this process alone.
+        keep: a `jaxrace.agents.selection.KeepBest`: after every chunk it judges the runs'
+            actors and keeps each run's best (its state is in the checkpoints too, so a
+            resumed job keeps what it had chosen); read `keep.actor` after the job.
 
     A chunk is reported to `progress` once its checkpoint is on disk: a job killed after
     a report resumes after that chunk.
@@ -147,6 +150,8 @@ def train_many(trainer: Trainer, key: jax.Array, reward_indices, seeds_per_rewar
                          f"{jax.process_count()} processes: use a multiple of {run_sharding.mesh.size} runs")
     keys, hparams, reward_index = shard_envs((keys, hparams, reward_index), run_sharding, strict=False)
     state = _committed(_init_runs(trainer.learner, keys, hparams.replace(reward_params=None)))
+    if keep is not None:
+        keep.start(state.actor, updates=len(range(0, epochs, chunk)))
     run_chunk = _run_chunk if fused else _split_chunk
     history = shard_envs(Metrics(*(jnp.zeros((runs, epochs), bool if name == "failed" else jnp.float32)
                                    for name in Metrics._fields)), run_sharding, strict=False)
@@ -164,18 +169,25 @@ def train_many(trainer: Trainer, key: jax.Array, reward_indices, seeds_per_rewar
         if progress is not None:
             progress(saved[0], host_metrics)
 
+    def job():
+        return (state, history) if keep is None else (state, history, keep.saved())
+
     try:
-        restored = None if checkpointer is None else checkpointer.restore((state, history))
+        restored = None if checkpointer is None else checkpointer.restore(job())
         if restored is not None:
-            (state, history), start = restored
-            state = _committed(state)
+            stored, start = restored
+            state, history = _committed(stored[0]), stored[1]
+            if keep is not None:
+                keep.load(stored[2])
         for done in range(start, epochs, chunk):
             state, metrics = run_chunk(trainer, state, hparams, reward_index, chunk)
             history = jax.tree.map(lambda h, m, d=done: h.at[:, d:d + chunk].set(m), history, metrics)
+            if keep is not None:
+                keep.update(done + chunk, state.actor)
             if saved is not None:
                 report()
             if checkpointer is not None:
-                checkpointer.save((state, history), done + chunk)
+                checkpointer.save(job(), done + chunk)
             saved = (done + chunk, metrics)
         if saved is not None:
             report()

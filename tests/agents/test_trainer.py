@@ -248,3 +248,42 @@ def test_a_new_bank_compiles_only_the_small_labelling_program(trainer):
     # Warm-up (epoch 0) acts at random from the same key: the same steps, rewarded by the new bank.
     np.testing.assert_array_equal(before.progress[:, 0], after.progress[:, 0])
     assert not np.allclose(before.reward[:, 0], after.reward[:, 0])
+
+
+def test_keep_best_keeps_each_runs_best_checkpoint_and_a_resumed_job_keeps_it(trainer, tmp_path):
+    from jaxrace.agents.selection import KeepBest
+
+    seen = {}
+
+    def score(epoch, actors):  # run 0: the later the better; run 1: the first judgement stays best
+        seen[epoch] = jax.tree.map(np.asarray, actors)
+        return np.array([-epoch, epoch], np.float32)
+
+    keep = KeepBest(score)
+    train_many(trainer, jax.random.key(8), [0, 0], chunk_epochs=2, keep=keep)
+    assert sorted(seen) == [2, 4] and keep.epoch.tolist() == [4, 2] and keep.score.tolist() == [-4.0, 2.0]
+    for kept, last, first in zip(jax.tree.leaves(keep.actor), jax.tree.leaves(seen[4]), jax.tree.leaves(seen[2]),
+                                 strict=True):
+        np.testing.assert_array_equal(kept[0], last[0])
+        np.testing.assert_array_equal(kept[1], first[1])
+
+    class Killed(Exception):
+        pass
+
+    def kill_after_first_chunk(epoch, metrics):
+        if epoch == 2:
+            raise Killed
+
+    path = tmp_path / "job.ckpt"
+    with pytest.raises(Killed):
+        train_many(trainer, jax.random.key(8), [0, 0], chunk_epochs=2, checkpoint=path, keep=KeepBest(score),
+                   progress=kill_after_first_chunk)
+    resumed = KeepBest(score)
+    train_many(trainer, jax.random.key(8), [0, 0], chunk_epochs=2, checkpoint=path, keep=resumed)
+    assert resumed.epoch.tolist() == [4, 2] and resumed.history == [(2, [-2.0, 2.0]), (4, [-4.0, 4.0])]
+    for a, b in zip(jax.tree.leaves(keep.actor), jax.tree.leaves(resumed.actor), strict=True):
+        np.testing.assert_array_equal(a, b)
+    # Judged every second chunk only: the first chunk's actors are never judged, nor kept.
+    sparse = KeepBest(score, every=2)
+    train_many(trainer, jax.random.key(8), [0, 0], chunk_epochs=2, keep=sparse)
+    assert sparse.epoch.tolist() == [4, 4] and [e for e, _ in sparse.history] == [4]

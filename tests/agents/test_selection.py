@@ -1,0 +1,35 @@
+"""Choosing checkpoints by racing: the score and the targets (exact values)."""
+
+import numpy as np
+import pytest
+
+from jaxrace.agents.selection import Assessment, KeepBest, Targets, racing_score
+
+
+def assessment(**fields):
+    base = dict(lap=80.0, lap_gap=3.0, lap_outs=0, positions=(1, 2, 3, 4), at_fault=4, course_outs=2)
+    return Assessment(**{**base, **fields})
+
+
+def test_the_score_adds_position_contacts_course_outs_and_the_time_trial():
+    # mean position 2.5, 1 at-fault contact and 0.5 course-outs per race, a clean lap within 5%
+    assert racing_score(assessment()) == pytest.approx(2.5 + 1.0 + 0.5)
+    # beyond the targets (2 and 1 per race) the excess counts three times more
+    assert racing_score(assessment(at_fault=12, course_outs=8)) == pytest.approx(2.5 + 3 + 2 + 3 * (1 + 1))
+    # the lap: a fifth per % beyond 5 and one per course-out; 10 with no full lap
+    assert racing_score(assessment(lap_gap=10.0, lap_outs=2)) == pytest.approx(4.0 + 1.0 + 2.0)
+    assert racing_score(assessment(lap=None, lap_gap=None)) == pytest.approx(4.0 + 10.0)
+    # stricter targets move the excess
+    assert racing_score(assessment(), Targets(max_at_fault=0.5)) == pytest.approx(4.0 + 3 * 0.5)
+
+
+def test_targets_met_or_not():
+    assert assessment().met() == {"lap": True, "position": True, "at_fault": True, "course_outs": True}
+    met = assessment(lap_outs=1, positions=(1, 4, 5, 8), at_fault=9, course_outs=4).met()
+    assert met == {"lap": False, "position": False, "at_fault": False, "course_outs": True}
+    assert not assessment(lap=None, lap_gap=None).met()["lap"]
+
+
+def test_keep_best_refuses_a_bad_interval():
+    with pytest.raises(ValueError, match="every must be at least 1"):
+        KeepBest(lambda epoch, actors: np.zeros(1), every=0)
