@@ -11,7 +11,7 @@ LLMS = ("offline", "openai", "replay")
 JUDGES = ("scripted", "vlm", "human")
 ACTOR_INPUTS = ("state", "pixels")
 # Where the human judge's page listens and how long it waits: a resumed run may change them.
-OPERATIONAL = ("judge_host", "judge_port", "judge_timeout_s", "traffic_start_gap")
+OPERATIONAL = ("judge_host", "judge_port", "judge_timeout_s")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,6 +49,14 @@ class DesignConfig:
     # metres between the cars where training envs with opponents start (a pack at a random place);
     # 0 spreads them round the lap, where on a long circuit the agent seldom meets them (issue 16)
     traffic_start_gap: float = 25.0
+    # training scenarios (issue 16's reference recipe, experiments/train_reference.py): this share of
+    # episodes starts standing on the grid, as the races do; each env's AI cars get their own
+    # aggression; an episode ends when the car is train_course_out_margin m beyond the edge (the races
+    # count a course-out at 1 m), so the policy keeps a margin instead of riding the limit
+    grid_start_prob: float = 0.3
+    varied_ai: bool = True
+    terminate_on_course_out: bool = True
+    train_course_out_margin: float = 0.6
     ai_skill: float = 0.9
     race_laps: int = 1
     # training (QR-SAC; see jaxrace.agents.TrainConfig)
@@ -65,9 +73,14 @@ class DesignConfig:
     chunk_epochs: int = 50
     final_epochs: int = 300
     reward_scale: float = 0.1
+    n_step: int = 5
     # evaluation, clips and judging
     eval_races: int = 2
     final_races: int = 3
+    # the final job keeps each run's best checkpoint: every keep_best_every chunks (0: never, the last
+    # one is raced) its policies race select_races times on fields of their own, scored by the task
+    keep_best_every: int = 1
+    select_races: int = 4
     clip_seconds: float = 10.0
     clips_per_race: int = 2
     videos_per_candidate: int = 1
@@ -95,14 +108,14 @@ class DesignConfig:
 
     def __post_init__(self):
         problems = []
-        positive = ("iterations", "m", "n", "seeds", "race_laps", "hidden", "num_envs", "rollout_steps",
+        positive = ("iterations", "m", "n", "seeds", "race_laps", "hidden", "num_envs", "rollout_steps", "n_step",
                     "llm_concurrency", "llm_max_tokens", "llm_max_prompt_chars",
                     "updates_per_epoch", "batch_size", "replay_size", "epochs", "chunk_epochs", "final_epochs",
-                    "eval_races", "final_races", "clips_per_race", "judge_frames")
+                    "eval_races", "final_races", "clips_per_race", "judge_frames", "select_races")
         problems += [f"{k} must be at least 1 (got {getattr(self, k)})" for k in positive if getattr(self, k) < 1]
         nonneg = ("warmup_epochs", "opponents", "videos_per_candidate", "tac_min_preferences", "bootstrap_races",
                   "judge_equal_within", "llm_repairs", "llm_token_budget", "llm_call_budget", "judge_budget",
-                  "judge_port", "judge_timeout_s", "traffic_start_gap")
+                  "judge_port", "judge_timeout_s", "traffic_start_gap", "keep_best_every")
         problems += [f"{k} must be at least 0 (got {getattr(self, k)})" for k in nonneg if getattr(self, k) < 0]
         if self.n > self.m:
             problems.append(f"n (trained per iteration, {self.n}) cannot exceed m (generated, {self.m})")
@@ -117,6 +130,8 @@ class DesignConfig:
         for name in ("epochs", "final_epochs"):
             if getattr(self, name) % self.chunk_epochs:
                 problems.append(f"chunk_epochs ({self.chunk_epochs}) must divide {name} ({getattr(self, name)})")
+        if not 0.0 <= self.grid_start_prob <= 1.0:
+            problems.append(f"grid_start_prob must be in [0, 1] (got {self.grid_start_prob})")
         if self.opponents > 19:
             problems.append(f"opponents must be at most 19 (got {self.opponents})")
         if not 0.0 < self.ai_skill <= 1.2:

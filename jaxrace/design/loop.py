@@ -96,13 +96,19 @@ class Envs:
                                   car=params.car.replace(steer_lock_speed=STEER_LOCK_SPEED))
 
         train_env, train_params = jaxrace.make(track=config.track, num_opponents=config.opponents, start="random",
-                                               laps=1000, time_limit=1.6 * ref_lap, pixels=pixels)
+                                               laps=1000, time_limit=1.6 * ref_lap, pixels=pixels,
+                                               grid_start_prob=config.grid_start_prob,
+                                               terminate_on_course_out=config.terminate_on_course_out,
+                                               course_out_margin=config.train_course_out_margin)
         train_params = field(train_env, train_params)
         alone = config.num_envs // 2 if config.opponents else config.num_envs
         in_traffic = config.num_envs - alone
-        train_params = per_env_params(train_params, config.num_envs,
-                                      num_active_opponents=[0] * alone + [config.opponents] * in_traffic,
-                                      random_start_gap=[0.0] * alone + [config.traffic_start_gap] * in_traffic)
+        scenarios = dict(num_active_opponents=[0] * alone + [config.opponents] * in_traffic,
+                         random_start_gap=[0.0] * alone + [config.traffic_start_gap] * in_traffic)
+        if config.varied_ai:
+            k_ai = stage_key(config, "train/ai")
+            scenarios["aggression"] = jax.random.uniform(k_ai, (config.num_envs, train_env.static.num_cars))
+        train_params = per_env_params(train_params, config.num_envs, **scenarios)
         race_env, race_params = jaxrace.make(track=config.track, num_opponents=config.opponents,
                                              laps=config.race_laps, start="grid_back", pixels=pixels)
         race_params = field(race_env, race_params)
@@ -452,7 +458,8 @@ class Loop:
             network = NetworkConfig(recurrent=c.recurrent, hidden=c.hidden, actor_input=c.actor_input)
             config = TrainConfig(network=network, num_envs=c.num_envs, rollout_steps=c.rollout_steps,
                                  updates_per_epoch=c.updates_per_epoch, batch_size=c.batch_size,
-                                 replay_size=c.replay_size, warmup_epochs=c.warmup_epochs, epochs=c.epochs)
+                                 replay_size=c.replay_size, n_step=c.n_step, warmup_epochs=c.warmup_epochs,
+                                 epochs=c.epochs)
             self._learner = make_learner(config, self.envs.train_env, self.envs.train_params)
         epochs = c.final_epochs if k == "final" else c.epochs
         return Trainer(self._learner, bank, dataclasses.replace(self._learner.config, epochs=epochs))
@@ -528,14 +535,57 @@ class Loop:
         names, folder = self._runs(k)
         trainer = self._trainer(k, self._bank(folder, names))
         shutil.rmtree(self.run.file(f"{self._dir(k)}/train/job.ckpt.deleting"), ignore_errors=True)
+        keep = self._keep_best(trainer) if k == "final" and c.keep_best_every else None
         state, history, reward_index = train_many(
             trainer, stage_key(c, f"{self._dir(k)}/train"), list(range(len(names))), seeds_per_reward=c.seeds,
             hparams=HParams(reward_scale=c.reward_scale), chunk_epochs=c.chunk_epochs, progress=progress,
             checkpoint=str(self.run.file(f"{self._dir(k)}/train/job.ckpt")),
-            devices=jax.local_devices() if alone else None)
-        save_checkpoint(self.run.file(f"{self._dir(k)}/train/agents"), {"actor": state.actor, "critic": state.critic},
+            devices=jax.local_devices() if alone else None, keep=keep)
+        actor = state.actor
+        if keep is not None:
+            actor = keep.actor
+            if jax.process_index() == 0:
+                self.run.write_json(f"{self._dir(k)}/train/kept.json", {
+                    "epoch": keep.epoch.tolist(), "score": [float(x) for x in keep.score],
+                    "judged": [{"epoch": e, "score": s} for e, s in keep.history],
+                    "races": c.select_races, "every_chunks": c.keep_best_every})
+        save_checkpoint(self.run.file(f"{self._dir(k)}/train/agents"), {"actor": actor, "critic": state.critic},
                         trainer.config.epochs, local=alone)
         return names, to_host(history), to_host(reward_index)
+
+    def _keep_best(self, trainer):
+        """Each final run's best checkpoint by the task: races on fields of their own (not the final
+        races'), each scored whole as the scripted judge scores a clip (`TaskScoring.from_task`)."""
+        from jaxrace.agents.distributed import to_host
+        from jaxrace.agents.evaluation import evaluate
+        from jaxrace.agents.selection import KeepBest
+        from jaxrace.judges import ScriptedJudge, TaskScoring
+        from jaxrace.rewards.api import Action
+        from jaxrace.rewards.clips import cut_clip
+
+        c, e = self.config, self.envs
+        judge = ScriptedJudge(scoring=TaskScoring.from_task(c.task))
+        k_field, k_race = jax.random.split(stage_key(c, "final/select"))
+        fields = e.race_fields(k_field, c.select_races)
+        per_race = (0, 0, 0, None, None)
+        whole = jax.jit(jax.vmap(jax.vmap(cut_clip, in_axes=per_race), in_axes=per_race), static_argnums=4)
+
+        def score(epoch, actors):
+            ev = evaluate(trainer, to_host(actors), e.race_env, fields, k_race, e.race_steps,
+                          num_races=c.select_races, params_per_race=True)
+            views = ev.states.view  # [R, races, T + 1]
+            done = views.finished[..., 1:] & ~views.finished[..., :-1]
+            act = Action(steering=ev.actions[..., 0], throttle_brake=ev.actions[..., 1])
+            clips = jax.tree.map(np.asarray, whole(views, act, done, jnp.int32(0), e.race_steps))
+            runs, races = views.progress.shape[:2]
+            task = [[judge.score(jax.tree.map(lambda x, r=r, i=i: x[r, i], clips)) for i in range(races)]
+                    for r in range(runs)]
+            if jax.process_index() == 0:
+                self.run.log(f"final/train: epoch {epoch}, task score of the selection races per run "
+                             + " ".join(f"{np.mean(t):.2f}" for t in task))
+            return -np.mean(np.asarray(task), axis=1)
+
+        return KeepBest(score, every=c.keep_best_every)
 
     @staticmethod
     def _dir(k) -> str:

@@ -287,6 +287,13 @@ def _final(run: RunDir) -> str:
            + (f" (reference lap {ref:.2f} s)" if ref else "") + ".</p>",
            _table(["reward", *RACE_HEADER, "finished"], rows,
                   ["" if names[0] in LIBRARY_BASELINES else "best"] + [""] * (len(rows) - 1))]
+    if run.exists("final/train/kept.json"):
+        kept = run.read_json("final/train/kept.json")
+        chosen = ", ".join(f"{_e(r['candidate'])} (seed {r['seed']}): epoch {epoch}" for r, epoch in
+                           zip(runs, kept["epoch"], strict=True))
+        out.append(f"<p>Each agent is its run's best checkpoint by the task: every {kept['every_chunks']} "
+                   f"chunk(s) of training the policies raced {kept['races']} times on fields of their own, and "
+                   f"the races were scored as the scripted judge scores a clip. Kept: {chosen}.</p>")
     if run.exists("final/train/curves.json"):
         out.append(_curves(run.read_json("final/train/curves.json")))
     videos = sorted(p.relative_to(run.path) for p in run.file("final/videos").glob("*"))
