@@ -41,9 +41,9 @@ from common import RESULTS, print_table, write_results
 
 import jaxrace
 from jaxrace.agents import HParams, TrainConfig, make_train
-from jaxrace.agents.checkpoint import save_checkpoint
-from jaxrace.agents.evaluation import evaluate
+from jaxrace.agents.checkpoint import load_checkpoint, save_checkpoint
 from jaxrace.agents.networks import NetworkConfig
+from jaxrace.agents.selection import Assessment, KeepBest, assess, racing_score
 from jaxrace.envs import builtin_track, load_track_csv, per_env_params, race_fields, reference_lap_time
 from jaxrace.rewards import RewardBank, library_reward
 
@@ -57,14 +57,6 @@ def setup(env, params, skill: float, steer_lock_speed: float):
                           car=params.car.replace(steer_lock_speed=steer_lock_speed))
 
 
-def time_trial(trainer, actor, env, params, ref_lap: float, key):
-    """(best lap s or None, course-outs) of a deterministic two-lap time trial."""
-    steps = math.ceil(2.3 * ref_lap / 0.1)
-    metrics = evaluate(trainer, jax.tree.map(lambda x: x[None], actor), env, params, key, steps)
-    race = metrics.metrics[0][0]
-    return race.best_lap, race.course_outs
-
-
 def load_track(spec: str):
     """(Track, short name) of a built-in name or a centre-line CSV path."""
     if not spec.endswith(".csv"):
@@ -76,54 +68,25 @@ def load_track(spec: str):
     return load_track_csv(centre, raceline if raceline.exists() else None), centre.stem
 
 
-def assess(trainer, actor, tt_env, tt_params, race_env, fields, ref_lap: float, k_eval, k_race):
-    """Time trial and races of one policy (`fields`: race params with a leading race axis)."""
-    lap, outs = time_trial(trainer, actor, tt_env, tt_params, ref_lap, k_eval)
-    races = int(fields.laps.shape[0])
-    race_steps = math.ceil(RACE_LAPS * ref_lap / SKILL * 1.3 / 0.1)
-    metrics = evaluate(trainer, jax.tree.map(lambda x: x[None], actor), race_env, fields, k_race,
-                       race_steps, num_races=races, params_per_race=True).metrics[0]
-    return dict(lap=lap, outs=outs, gap=None if lap is None else 100 * (lap / ref_lap - 1),
-                positions=[r.finishing_position for r in metrics],
-                at_fault=sum(r.collisions_at_fault for r in metrics),
-                race_outs=sum(r.course_outs for r in metrics))
-
-
-def racing_score(a: dict) -> float:
-    """Lower is better: mean position, at-fault contacts and course-outs per race, three
-    times more for those beyond issue 16's targets (2 and 1 per race), and a time-trial
-    penalty (0 within 5% with no course-out; 10 without a full lap)."""
-    races = len(a["positions"])
-    fault, outs = a["at_fault"] / races, a["race_outs"] / races
-    if a["gap"] is None:
-        tt = 10.0
-    else:
-        tt = max(a["gap"] - 5.0, 0.0) / 5.0 + a["outs"]
-    return float(np.mean(a["positions"])) + fault + outs + 3.0 * (max(fault - 2.0, 0.0) + max(outs - 1.0, 0.0)) + tt
-
-
-def result_rows(prefix: str, a: dict) -> list[dict]:
-    lap, gap, races = a["lap"], a["gap"], len(a["positions"])
+def result_rows(prefix: str, a: Assessment) -> list[dict]:
+    lap, gap = a.lap, a.lap_gap
     return [
         {"name": f"{prefix}time-trial best lap", "value": None if lap is None else round(lap, 2), "unit": "s"},
         {"name": f"{prefix}time-trial lap vs reference", "value": None if gap is None else round(gap, 1), "unit": "%"},
-        {"name": f"{prefix}time-trial course-outs", "value": a["outs"], "unit": "count"},
-        {"name": f"{prefix}{races} races from P8 vs AI skill {SKILL}, median finish",
-         "value": float(np.median(a["positions"])), "unit": "position"},
-        {"name": f"{prefix}races, finishing positions", "value": a["positions"], "unit": "position"},
-        {"name": f"{prefix}races, collisions at fault (total)", "value": a["at_fault"], "unit": "count"},
-        {"name": f"{prefix}races, course-outs (total)", "value": a["race_outs"], "unit": "count"},
+        {"name": f"{prefix}time-trial course-outs", "value": a.lap_outs, "unit": "count"},
+        {"name": f"{prefix}{a.races} races from P8 vs AI skill {SKILL}, median finish",
+         "value": float(np.median(a.positions)), "unit": "position"},
+        {"name": f"{prefix}races, finishing positions", "value": list(a.positions), "unit": "position"},
+        {"name": f"{prefix}races, collisions at fault (total)", "value": a.at_fault, "unit": "count"},
+        {"name": f"{prefix}races, course-outs (total)", "value": a.course_outs, "unit": "count"},
     ]
 
 
-def targets(a: dict) -> str:
+def targets(a: Assessment) -> str:
     """Issue 16's targets, met or not, for one assessed policy."""
-    races = len(a["positions"])
-    checks = [("lap within 5% with no course-out", a["gap"] is not None and a["gap"] <= 5 and a["outs"] == 0),
-              ("median finish <= 3", float(np.median(a["positions"])) <= 3),
-              ("<= 2 at-fault contacts per race", a["at_fault"] <= 2 * races),
-              ("<= 1 course-out per race", a["race_outs"] <= races)]
-    return "; ".join(f"{name}: {'met' if ok else 'NOT met'}" for name, ok in checks)
+    names = {"lap": "lap within 5% with no course-out", "position": "median finish <= 3",
+             "at_fault": "<= 2 at-fault contacts per race", "course_outs": "<= 1 course-out per race"}
+    return "; ".join(f"{names[k]}: {'met' if ok else 'NOT met'}" for k, ok in a.met().items())
 
 
 def plot_curve(path, curve, evals, ref_lap):
@@ -156,6 +119,33 @@ def plot_curve(path, curve, evals, ref_lap):
     bottom.legend(loc="lower center", ncol=2, fontsize="small")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
+
+
+def assess_saved(args, directory: Path, template, final_assessment, track_name: str) -> None:
+    """Assesses the final and the kept actor a run saved (a run cut off before its own assessment)."""
+    rows = []
+    for which in ("final", "kept"):
+        if not (directory / which).is_dir():
+            print(f"{directory / which}: none saved")
+            continue
+        actor, step = load_checkpoint(directory / which, template)
+        a = final_assessment(actor)
+        prefix = f"{track_name}: " + ("" if which == "final" else "kept checkpoint: ")
+        if which == "kept":
+            rows.append({"name": f"{prefix}env steps", "value": int(step), "unit": "steps"})
+        rows += result_rows(prefix, a)
+        print(f"{which} ({step} {'env steps' if which == 'kept' else 'chunks'}): {targets(a)}")
+    print_table(["measure", "value", "unit"], [[r["name"], r["value"], r["unit"]] for r in rows])
+    rows.append({"name": "assessed saved actors (command-line options)", "unit": "options",
+                 "value": {k: v for k, v in vars(args).items() if k not in ("save", "assess")}})
+    name = "train_reference" + (f"-{args.tag}" if args.tag else "")
+    path = RESULTS / f"{name}.json"
+    if path.exists():  # the run's own rows (training, checkpoint evaluations) stay; assessed rows replace theirs
+        import json
+
+        old = [r for r in json.loads(path.read_text())["rows"] if r["name"] not in {r2["name"] for r2 in rows}]
+        rows = old + rows
+    print(f"wrote {write_results(name, rows)}")
 
 
 def parse_weights(parser, items) -> dict:
@@ -191,6 +181,11 @@ def main() -> None:
     parser.add_argument("--grid-prob", type=float, default=0.0,
                         help="with --start random: share of episodes that start standing on the grid")
     parser.add_argument("--envs", type=int, default=16, help="training envs")
+    parser.add_argument("--actor", default="state", choices=["state", "pixels"],
+                        help="the actor's input: the state vector, or 64x64 pixels through a CNN and a GRU "
+                             "(recurrent replay; the critics read the state either way)")
+    parser.add_argument("--burn-in", type=int, default=8, help="pixels: replayed steps that warm the GRU")
+    parser.add_argument("--train-length", type=int, default=16, help="pixels: trained steps per sequence")
     parser.add_argument("--hidden", type=int, default=128)
     parser.add_argument("--critic-layer-norm", action="store_true", help="LayerNorm in the critics' hidden layers")
     parser.add_argument("--updates", type=int, default=16, help="gradient updates per epoch (envs x 8 steps)")
@@ -207,6 +202,8 @@ def main() -> None:
     parser.add_argument("--tag", default="", help="results go to results/train_reference-<tag>.json and .png")
     parser.add_argument("--save", default=None,
                         help="write the final and the kept actor's parameters under this directory (orbax)")
+    parser.add_argument("--assess", default=None, metavar="DIR",
+                        help="no training: assess the actors a run saved with --save DIR (same options and seed)")
     parser.add_argument("--alone", type=float, default=0.5, help="share of training envs with no opponent")
     parser.add_argument("--lookahead", type=float, nargs=2, default=(30, 10.0), metavar=("POINTS", "SPACING"),
                         help="track-edge points ahead in the observation and metres between them")
@@ -227,7 +224,7 @@ def main() -> None:
     # Many laps: episodes end only at the time limit (bootstrapped). With a finish line
     # the return is the fixed lap distance whatever the speed, and nothing rewards pace.
     look = dict(lookahead_points=int(args.lookahead[0]), lookahead_spacing=float(args.lookahead[1]),
-                opponent_frame=args.opponent_frame)
+                opponent_frame=args.opponent_frame, pixels=args.actor == "pixels")
     env, params = jaxrace.make(track=track, start=args.start, laps=1000, time_limit=1.6 * ref_lap, **look,
                                terminate_on_course_out=args.terminate_on_course_out, grid_start_prob=args.grid_prob,
                                course_out_margin=args.train_course_out_margin)
@@ -235,7 +232,8 @@ def main() -> None:
     num_envs = args.envs
     alone = round(args.alone * num_envs)
     key = jax.random.key(args.seed)
-    k_init, k_eval, k_race, k_select, k_train_ai, k_fields = jax.random.split(key, 6)
+    # (the third key is unused since races took their reset keys from k_eval; kept so seeds train as before)
+    k_init, k_eval, _, k_select, k_train_ai, k_fields = jax.random.split(key, 6)
     traffic_limit = args.traffic_seconds or 1.6 * ref_lap
     per_env = dict(num_active_opponents=[0] * alone + [7] * (num_envs - alone),
                    random_start_gap=[0.0] * alone + [args.pack_gap] * (num_envs - alone),
@@ -254,8 +252,11 @@ def main() -> None:
     select_fields = race_fields(race_params, k_select, max(args.select_races, 1), skill_spread=0.0)
 
     bank = RewardBank.from_compiled([library_reward("gt_sophy")])
-    network = NetworkConfig(recurrent=False, hidden=args.hidden, critic_layer_norm=args.critic_layer_norm)
+    pixels = args.actor == "pixels"
+    network = NetworkConfig(actor_input=args.actor, recurrent=pixels, hidden=args.hidden,
+                            critic_layer_norm=args.critic_layer_norm)
     config = TrainConfig(network=network, num_envs=num_envs, rollout_steps=8, updates_per_epoch=args.updates,
+                         burn_in=args.burn_in, train_length=args.train_length,
                          batch_size=args.batch, replay_size=args.replay,
                          n_step=args.n_step, warmup_epochs=20, epochs=args.chunk_epochs)
     trainer = make_train(config, env, params, bank)
@@ -264,11 +265,34 @@ def main() -> None:
                       reward_params=jnp.asarray(bank.params_matrix([weights])[0]))
     steps_per_epoch = config.num_envs * config.rollout_steps
 
+    tt_steps = math.ceil(2.3 * ref_lap / 0.1)
+    race_steps = math.ceil(RACE_LAPS * ref_lap / SKILL * 1.3 / 0.1)
+    judge = dict(tt_env=tt_env, tt_params=tt_params, tt_steps=tt_steps)
+    if args.select_races:
+        judge.update(race_env=race_env, race_fields=select_fields, race_steps=race_steps)
+    evals = []
+
+    def score(epoch, actors):
+        a = assess(trainer, actors, ref_lap, jax.random.fold_in(k_select, epoch), **judge)[0]
+        evals.append(dict(steps=epoch * steps_per_epoch, lap=a.lap, outs=a.lap_outs, races=a.races,
+                          mean_position=float(np.mean(a.positions)) if a.positions else None,
+                          at_fault=a.at_fault, race_outs=a.course_outs, score=racing_score(a)))
+        return np.array([evals[-1]["score"]])
+
+    def final_assessment(actor):
+        return assess(trainer, jax.tree.map(lambda x: x[None], actor), ref_lap, k_eval, tt_env=tt_env,
+                      tt_params=tt_params, tt_steps=tt_steps, race_env=race_env, race_fields=final_fields,
+                      race_steps=race_steps)[0]
+
+    keep = KeepBest(score, every=args.eval_every)
     init = jax.jit(trainer.init)
     chunk = jax.jit(lambda s: trainer.run_epochs(s, hparams, 0, args.chunk_epochs), donate_argnums=0)
     t0 = time.perf_counter()
     state = init(k_init, hparams, 0)
-    curve, evals, chunks, best = [], [], 0, None
+    if args.assess:
+        return assess_saved(args, Path(args.assess), state.actor, final_assessment, track_name)
+    keep.start(jax.tree.map(lambda x: x[None], state.actor))
+    curve, chunks = [], 0
     chunk_s = eval_s = 0.0
     budget = 60 * args.minutes
     while time.perf_counter() - t0 + chunk_s + (eval_s if (chunks + 1) % args.eval_every == 0 else 0.0) < budget:
@@ -284,33 +308,25 @@ def main() -> None:
                 f"critic {float(np.mean(metrics.critic_loss)):.3f}")
         if bool(state.failed):
             raise SystemExit("the run failed (non-finite loss): see the log above")
+        started = time.perf_counter()
+        keep.update(epochs, jax.tree.map(lambda x: x[None], state.actor))
         if chunks % args.eval_every == 0:
-            started = time.perf_counter()
-            k_tt = jax.random.fold_in(k_eval, chunks)
-            if args.select_races:
-                a = assess(trainer, state.actor, tt_env, tt_params, race_env, select_fields, ref_lap, k_tt, k_select)
-            else:
-                lap, outs = time_trial(trainer, state.actor, tt_env, tt_params, ref_lap, k_tt)
-                a = dict(lap=lap, outs=outs, gap=None if lap is None else 100 * (lap / ref_lap - 1),
-                         positions=[8], at_fault=0, race_outs=0)
-            score = racing_score(a)
-            evals.append((epochs * steps_per_epoch, a["lap"], a["outs"], score))
-            if best is None or score < best[0]:
-                best = (score, epochs * steps_per_epoch, jax.tree.map(np.asarray, state.actor))
             eval_s = time.perf_counter() - started
-            lap = a["lap"]
-            line += (f"  | time trial {lap if lap is None else round(lap, 2)} s, {a['outs']} outs; races: mean pos "
-                     f"{np.mean(a['positions']):.1f}, at fault {a['at_fault']}, outs {a['race_outs']}; "
-                     f"score {score:.2f} ({eval_s:.0f} s)")
+            e = evals[-1]
+            line += (f"  | time trial {e['lap'] if e['lap'] is None else round(e['lap'], 2)} s, {e['outs']} outs; "
+                     f"races: mean pos {e['mean_position'] or 0:.1f}, at fault {e['at_fault']}, "
+                     f"outs {e['race_outs']}; score {e['score']:.2f} ({eval_s:.0f} s)")
         print(line, flush=True)
     train_s = time.perf_counter() - t0
     total_steps = chunks * args.chunk_epochs * steps_per_epoch
+    kept_actor = jax.tree.map(lambda x: x[0], keep.actor)
+    kept_steps = int(keep.epoch[0]) * steps_per_epoch
     if args.save:
         save_checkpoint(Path(args.save) / "final", state.actor, chunks)
-        if best is not None:
-            save_checkpoint(Path(args.save) / "kept", best[2], best[1])
+        if keep.epoch[0] >= 0:
+            save_checkpoint(Path(args.save) / "kept", kept_actor, kept_steps)
 
-    final = assess(trainer, state.actor, tt_env, tt_params, race_env, final_fields, ref_lap, k_eval, k_race)
+    final = final_assessment(state.actor)
     tag = f"{track_name}: "
     rows = [
         {"name": f"{tag}training wall time incl. compile and selection races", "value": round(train_s, 1),
@@ -320,24 +336,36 @@ def main() -> None:
         {"name": f"{tag}reference lap", "value": round(ref_lap, 2), "unit": "s"},
         *result_rows(tag, final),
     ]
-    if best is not None:
-        kept = assess(trainer, best[2], tt_env, tt_params, race_env, final_fields, ref_lap, k_eval, k_race)
-        rows += [{"name": f"{tag}kept checkpoint: env steps", "value": best[1], "unit": "steps"},
+    if keep.epoch[0] >= 0:
+        kept = final_assessment(kept_actor)
+        rows += [{"name": f"{tag}kept checkpoint: env steps", "value": kept_steps, "unit": "steps"},
                  *result_rows(f"{tag}kept checkpoint: ", kept)]
-    rows.append({"name": f"{tag}checkpoint evaluations (steps, lap, course-outs, score)",
-                 "value": [list(e) for e in evals], "unit": "list"})
+    late = [e for e in evals if e["steps"] >= total_steps / 2 and e["races"] > 0]
+    if late:
+        rows += [
+            {"name": f"{tag}second half of training, checkpoint races: mean position",
+             "value": round(float(np.mean([e["mean_position"] for e in late])), 2), "unit": "position",
+             "evaluations": len(late)},
+            {"name": f"{tag}second half of training, checkpoint races: at-fault contacts per race",
+             "value": round(float(np.mean([e["at_fault"] / e["races"] for e in late])), 2), "unit": "count"},
+            {"name": f"{tag}second half of training, checkpoint races: course-outs per race",
+             "value": round(float(np.mean([e["race_outs"] / e["races"] for e in late])), 2), "unit": "count"},
+            {"name": f"{tag}second half of training, time-trial course-outs per evaluation",
+             "value": round(float(np.mean([e["outs"] for e in late])), 2), "unit": "count"}]
+    rows.append({"name": f"{tag}checkpoint evaluations", "value": evals, "unit": "list"})
     rows.append({"name": "command-line options", "value": {k: v for k, v in vars(args).items() if k != "save"},
                  "unit": "options"})
-    print_table(["measure", "value", "unit"], [[r["name"], r["value"], r["unit"]] for r in rows[:-2]])
+    print_table(["measure", "value", "unit"], [[r["name"], r["value"], r["unit"]] for r in rows
+                                               if r["unit"] not in ("list", "options")])
     print(f"final policy: {targets(final)}")
-    if best is not None:
-        print(f"kept checkpoint ({best[1]} steps): {targets(kept)}")
+    if keep.epoch[0] >= 0:
+        print(f"kept checkpoint ({kept_steps} steps): {targets(kept)}")
     name = "train_reference" + (f"-{args.tag}" if args.tag else "")
     print(f"wrote {write_results(name, rows)}")
-    evals.append((total_steps, final["lap"], final["outs"], racing_score(final)))
     png = RESULTS / f"{name}.png"
     try:
-        plot_curve(png, curve, [e[:3] for e in evals], ref_lap)
+        plot_curve(png, curve, [(e["steps"], e["lap"], e["outs"]) for e in evals]
+                   + [(total_steps, final.lap, final.lap_outs)], ref_lap)
     except ImportError as err:  # matplotlib is in the `bench` extra; the JSON above has every number
         print(f"skipped the plot ({err}); install it with: .venv/bin/pip install -e '.[bench]'")
     else:
