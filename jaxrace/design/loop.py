@@ -546,8 +546,8 @@ class Loop:
             actor = keep.actor
             if jax.process_index() == 0:
                 self.run.write_json(f"{self._dir(k)}/train/kept.json", {
-                    "epoch": keep.epoch.tolist(), "score": [float(x) for x in keep.score],
-                    "judged": [{"epoch": e, "score": s} for e, s in keep.history],
+                    "epoch": keep.epoch.tolist(), "task_score": [-float(x) for x in keep.score],
+                    "judged": [{"epoch": e, "task_score": [-x for x in s]} for e, s in keep.history],
                     "races": c.select_races, "every_chunks": c.keep_best_every})
         save_checkpoint(self.run.file(f"{self._dir(k)}/train/agents"), {"actor": actor, "critic": state.critic},
                         trainer.config.epochs, local=alone)

@@ -98,10 +98,10 @@ def test_every_stage_writes_its_files(finished):
     assert final["reference_lap"] > 0 and len(list((run / "final" / "videos").iterdir())) == 3
     # Each final run keeps its best checkpoint, judged after each of the 2 chunks by its task score.
     kept = json.loads((run / "final" / "train" / "kept.json").read_text())
-    assert [j["epoch"] for j in kept["judged"]] == [10, 20] and len(kept["judged"][0]["score"]) == 3
-    for r, epoch in enumerate(kept["epoch"]):
-        best = max(kept["judged"], key=lambda j, r=r: -j["score"][r])
-        assert epoch == best["epoch"] and kept["score"][r] == best["score"][r]
+    assert [j["epoch"] for j in kept["judged"]] == [10, 20] and len(kept["judged"][0]["task_score"]) == 3
+    for r, epoch in enumerate(kept["epoch"]):  # the first judgement with the highest task score
+        best = max(kept["judged"], key=lambda j, r=r: j["task_score"][r])
+        assert epoch == best["epoch"] and kept["task_score"][r] == best["task_score"][r]
     assert "Kept: " in (run / "report.html").read_text()
 
 
