@@ -15,6 +15,7 @@ known, and the case.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import traceback
 from collections.abc import Callable
@@ -261,8 +262,16 @@ def export_program(source: str, info: ProgramInfo, fn: Callable, names: tuple[st
 # ---------------------------------------------------------------------------- validate
 
 
-def _concat(*batches):  # on the host: in a fresh worker child every eager JAX op would compile a kernel
-    return jax.tree.map(lambda *xs: np.concatenate([np.asarray(x) for x in xs]), *batches)
+@functools.cache
+def validation_cases() -> tuple[RaceView, Action, RaceView, tuple[str, ...], int]:
+    """(prev, action, curr, case names, how many are ordinary): the synthetic then the extreme cases.
+
+    Numpy only, so the worker builds them once before it forks (`warm_up`).
+    """
+    ordinary, extreme = synthetic_batch(), extreme_batch()
+    prev, action, curr = (jax.tree.map(lambda *xs: np.concatenate(xs), o, x)
+                          for o, x in zip(ordinary[:3], extreme[:3], strict=True))
+    return prev, action, curr, ordinary[3] + extreme[3], len(ordinary[3])
 
 
 def _tile(batch, size: int):
@@ -282,10 +291,8 @@ def validate_artifact(artifact: RewardArtifact, limits: Limits) -> None:
         call = load_call(artifact)
     except ArtifactError as e:
         raise RewardCompileError("validate", str(e)) from None
-    ordinary, extreme = synthetic_batch(), extreme_batch()
-    prev, action, curr = (_concat(o, x) for o, x in zip(ordinary[:3], extreme[:3], strict=True))
-    cases = ordinary[3] + extreme[3]
-    num_cases, num_ordinary = len(cases), len(ordinary[3])
+    prev, action, curr, cases, num_ordinary = validation_cases()
+    num_cases = len(cases)
     size = max(limits.train_batch, num_cases)
     weights = np.asarray([v for _, v in artifact.params], np.float32)
     names = artifact.component_names
@@ -364,17 +371,19 @@ def _jaxpr_text(forward: Callable, num_params: int) -> str:
 
 
 def warm_up() -> None:
-    """Trace a library reward end to end without lowering it (starts no runtime threads).
+    """Trace a library reward end to end without lowering it, and build the validation cases.
 
     The sandbox worker calls this before it forks, so that every child starts with
-    JAX's tracing caches warm.
+    JAX's tracing caches warm. It starts no runtime threads (exporting would).
     """
     from jaxrace.rewards.library import LIBRARY
 
     source = LIBRARY["gt_sophy"]
     info = check_policy(parse_program(source))
     fn = execute_program(source, info)
-    _jaxpr_text(forward_function(fn, info, trace_program(source, info, fn)), len(info.params))
+    names = trace_program(source, info, fn)
+    _jaxpr_text(forward_function(fn, info, names), len(info.params))
+    validation_cases()
 
 
 def build_artifact(source: str, limits: Limits = Limits(), report: Callable[[str], None] = lambda stage: None

@@ -116,9 +116,8 @@ def action(steering: float = 0.0, throttle_brake: float = 1.0) -> Action:
     return Action(steering=jnp.float32(steering), throttle_brake=jnp.float32(throttle_brake))
 
 
-def _stack(rows: list[dict]) -> RaceView:
-    return RaceView(**{k: jnp.asarray(np.array([r[k] for r in rows]), dtype=d)
-                       for k, d in field_dtypes(RaceView).items()})
+def _stack(rows: list[dict]) -> RaceView:  # numpy: building a batch must not start JAX's runtime (see build)
+    return RaceView(**{k: np.asarray([r[k] for r in rows], dtype=d) for k, d in field_dtypes(RaceView).items()})
 
 
 def _case_rows(cases) -> tuple[list, list, list, list]:
@@ -133,18 +132,18 @@ def _case_rows(cases) -> tuple[list, list, list, list]:
 
 
 def _batch(prevs, currs, actions, names) -> tuple[RaceView, Action, RaceView, tuple[str, ...]]:
-    action = Action(steering=jnp.asarray([a[0] for a in actions], jnp.float32),
-                    throttle_brake=jnp.asarray([a[1] for a in actions], jnp.float32))
+    action = Action(steering=np.asarray([a[0] for a in actions], np.float32),
+                    throttle_brake=np.asarray([a[1] for a in actions], np.float32))
     return _stack(prevs), action, _stack(currs), tuple(names)
 
 
 def extreme_batch() -> tuple[RaceView, Action, RaceView, tuple[str, ...]]:
-    """(prev, action, curr, case names): transitions at and beyond the documented ranges."""
+    """(prev, action, curr, case names): transitions at and beyond the documented ranges (numpy arrays)."""
     return _batch(*_case_rows(_EXTREME_CASES))
 
 
 def synthetic_batch() -> tuple[RaceView, Action, RaceView, tuple[str, ...]]:
-    """(prev, action, curr, case names): B ordinary transitions, every field with leading axis B."""
+    """(prev, action, curr, case names): B ordinary transitions, every field a numpy array [B]."""
     rng = np.random.default_rng(20261122)
     prevs, currs, actions, names = _case_rows(_CASES)
     for _ in range(NUM_RANDOM):
