@@ -1,13 +1,11 @@
 """A compiled reward as data: exported StableHLO that the caller runs without its source.
 
 The sandbox worker traces a program and exports two functions with `jax.export`, both
-over a symbolic batch `b` of transitions. The fields of `prev`, `action` and `curr` (in
-field order) come packed by dtype into three arrays, `floats f32[b, NF]`, `ints i32[b, NI]`
-and `bools bool[b, NB]` (`pack_fields`): four inputs export and lower several times
-faster than one per field, since each input of symbolic shape gets its own checks.
+over a symbolic batch `b` of transitions (every `RaceView` and `Action` field is an
+array of shape [b], in field order):
 
-    forward(weights f32[b, P], floats, ints, bools) -> (total f32[b], components f32[b, C])
-    weights_vjp(weights, floats, ints, bools, d_total f32[b], d_components f32[b, C]) -> f32[b, P]
+    forward(weights f32[b, P], *prev, *action, *curr) -> (total f32[b], components f32[b, C])
+    weights_vjp(weights, *prev, *action, *curr, d_total f32[b], d_components f32[b, C]) -> f32[b, P]
 
 `RewardArtifact.to_bytes()` stores them in a zip with a JSON header (component names,
 PARAMS, the field layout, versions) and the source, kept as a record only: loading
@@ -36,14 +34,11 @@ from jax.custom_batching import custom_vmap
 from jaxrace.rewards.api import Action, RaceView, field_dtypes
 
 FORMAT = "jaxrace-reward-artifact"
-FORMAT_VERSION = 2  # 2: fields packed by dtype (version 1 took one input per field)
+FORMAT_VERSION = 1
 PLATFORMS = ("cpu", "cuda", "rocm", "tpu")
 MAX_ARTIFACT_BYTES = 8 << 20
 # custom_calls an exported reward may contain: shape checks of the symbolic batch only.
 ALLOWED_CUSTOM_CALLS = frozenset({"shape_assertion"})
-
-
-GROUP_DTYPES = (np.dtype(np.float32), np.dtype(np.int32), np.dtype(np.bool_))
 
 
 class ArtifactError(ValueError):
@@ -54,29 +49,6 @@ def field_layout() -> dict[str, list[list[str]]]:
     """{"RaceView": [[field, dtype], ...], "Action": [...]}: the input order of an export."""
     return {"RaceView": [[k, np.dtype(v).name] for k, v in field_dtypes(RaceView).items()],
             "Action": [[k, np.dtype(v).name] for k, v in field_dtypes(Action).items()]}
-
-
-def field_groups(dtypes) -> tuple[tuple[int, ...], ...]:
-    """For each of `GROUP_DTYPES`, the positions in `dtypes` (field order) of the fields of that dtype."""
-    dtypes = [np.dtype(d) for d in dtypes]
-    if set(dtypes) - set(GROUP_DTYPES):
-        raise ArtifactError(f"fields must be float32, int32 or bool, got {sorted(map(str, set(dtypes)))}")
-    return tuple(tuple(i for i, d in enumerate(dtypes) if d == g) for g in GROUP_DTYPES)
-
-
-def pack_fields(fields, groups) -> tuple[jax.Array, ...]:
-    """Fields of shape [B] (field order) -> one [B, n] array per dtype group (see `field_groups`)."""
-    size = jnp.shape(fields[0])[0]
-    return tuple(jnp.stack([fields[i] for i in g], axis=-1) if g else jnp.zeros((size, 0), d)
-                 for g, d in zip(groups, GROUP_DTYPES, strict=True))
-
-
-def unpack_fields(packed, groups) -> list[jax.Array]:
-    """The inverse of `pack_fields`: the [B] fields in field order."""
-    fields: dict[int, jax.Array] = {}
-    for array, g in zip(packed, groups, strict=True):  # lax, not jnp indexing: cheaper under a symbolic batch
-        fields.update({i: jax.lax.index_in_dim(array, j, axis=1, keepdims=False) for j, i in enumerate(g)})
-    return [fields[i] for i in range(len(fields))]
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -123,8 +95,7 @@ class RewardArtifact:
             raise ArtifactError(f"not a reward artifact: {e}") from None
         if header.get("format") != FORMAT or header.get("version") != FORMAT_VERSION:
             raise ArtifactError(f"unsupported artifact format {header.get('format')!r} version "
-                                f"{header.get('version')!r}; this jaxrace reads {FORMAT} {FORMAT_VERSION}: "
-                                "compile its source again (source.py in the artifact)")
+                                f"{header.get('version')!r}; this jaxrace reads {FORMAT} {FORMAT_VERSION}")
         if header["layout"] != field_layout():
             raise ArtifactError("the artifact was built for a different RaceView/Action; compile its source again")
         return cls(source=source, sha256=header["sha256"], component_names=tuple(header["component_names"]),
@@ -194,23 +165,21 @@ def load_call(artifact: RewardArtifact) -> Callable:
 def make_call(forward: Callable, weights_vjp: Callable, num_params: int, dtypes: list) -> Callable:
     """A reward call over any leading axes from `forward`/`weights_vjp` over one flat batch.
 
-    `forward(weights f32[B, P], floats, ints, bools) -> (f32[B], f32[B, C])` and
-    `weights_vjp(weights, floats, ints, bools, d_total, d_components) -> f32[B, P]`, with
-    the fields (`dtypes` in `field_layout()` order) packed by `pack_fields`. Gradients
-    flow to the weights only.
+    `forward(weights f32[B, P], *fields [B]) -> (f32[B], f32[B, C])` and
+    `weights_vjp(weights, *fields, d_total, d_components) -> f32[B, P]`, with the fields in
+    `field_layout()` order and `dtypes` their dtypes. Gradients flow to the weights only.
     """
-    groups = field_groups(dtypes)
 
     @jax.custom_vjp
-    def run(weights, packed):
-        return forward(weights, *packed)
+    def run(weights, fields):
+        return forward(weights, *fields)
 
-    def run_forward(weights, packed):
-        return forward(weights, *packed), (weights, packed)
+    def run_forward(weights, fields):
+        return forward(weights, *fields), (weights, fields)
 
     def run_backward(residuals, cotangents):
-        weights, packed = residuals
-        return weights_vjp(weights, *packed, *cotangents), jax.tree.map(jnp.zeros_like, packed)
+        weights, fields = residuals
+        return weights_vjp(weights, *fields, *cotangents), jax.tree.map(jnp.zeros_like, fields)
 
     run.defvjp(run_forward, run_backward)
 
@@ -226,7 +195,7 @@ def make_call(forward: Callable, weights_vjp: Callable, num_params: int, dtypes:
         if weights.shape[-1:] != (num_params,):
             raise ValueError(f"weights must end in {num_params} (the PARAMS), got shape {weights.shape}")
         weights = jnp.broadcast_to(weights, batch_shape + (num_params,)).reshape((size, num_params))
-        total, components = run(weights, pack_fields(fields, groups))
+        total, components = run(weights, fields)
         return total.reshape(batch_shape), components.reshape(batch_shape + components.shape[-1:])
 
     return call

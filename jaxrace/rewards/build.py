@@ -26,16 +26,7 @@ import numpy as np
 from jax import export
 
 from jaxrace.rewards.api import Action, RaceView
-from jaxrace.rewards.artifact import (
-    GROUP_DTYPES,
-    PLATFORMS,
-    ArtifactError,
-    RewardArtifact,
-    field_groups,
-    load_call,
-    make_call,
-    unpack_fields,
-)
+from jaxrace.rewards.artifact import PLATFORMS, ArtifactError, RewardArtifact, load_call, make_call
 from jaxrace.rewards.errors import PROGRAM_FILENAME, RewardCompileError
 from jaxrace.rewards.namespace import program_namespace
 from jaxrace.rewards.parse import ENTRY, parse_program
@@ -190,25 +181,9 @@ def trace_program(source: str, info: ProgramInfo, fn: Callable) -> tuple[str, ..
 # ---------------------------------------------------------------------------- export
 
 
-def _field_dtypes() -> list:
-    from jaxrace.rewards.api import field_dtypes
-
-    return [*field_dtypes(RaceView).values(), *field_dtypes(Action).values(), *field_dtypes(RaceView).values()]
-
-
-def _packed_specs(batch) -> list[jax.ShapeDtypeStruct]:
-    """Shapes of the packed transition inputs (`floats`, `ints`, `bools`) for a batch of `batch`."""
-    groups = field_groups(_field_dtypes())
-    return [jax.ShapeDtypeStruct((batch, len(g)), d) for g, d in zip(groups, GROUP_DTYPES, strict=True)]
-
-
 def forward_function(fn: Callable, info: ProgramInfo, names: tuple[str, ...]) -> Callable:
-    """The program over a flat batch: `(weights f32[B, P], floats, ints, bools) -> (f32[B], f32[B, C])`.
-
-    The transition's fields come packed by dtype (`jaxrace.rewards.artifact.pack_fields`).
-    """
+    """The program over a flat batch: `(weights f32[B, P], *fields [B]) -> (f32[B], f32[B, C])`."""
     views, acts = len(RACEVIEW_FIELDS), len(ACTION_FIELDS)
-    groups = field_groups(_field_dtypes())
 
     def one(weights, prev, action, curr):
         total, components = _call(fn, info, prev, action, curr, weights)
@@ -218,8 +193,7 @@ def forward_function(fn: Callable, info: ProgramInfo, names: tuple[str, ...]) ->
         values = [jnp.asarray(components[k]).astype(jnp.float32) for k in names]
         return jnp.asarray(total).astype(jnp.float32), (jnp.stack(values) if values else jnp.zeros((0,)))
 
-    def forward(weights, *packed):
-        fields = unpack_fields(packed, groups)
+    def forward(weights, *fields):
         prev = RaceView(**dict(zip(RACEVIEW_FIELDS, fields[:views], strict=True)))
         action = Action(**dict(zip(ACTION_FIELDS, fields[views:views + acts], strict=True)))
         curr = RaceView(**dict(zip(RACEVIEW_FIELDS, fields[views + acts:], strict=True)))
@@ -234,9 +208,12 @@ def export_program(source: str, info: ProgramInfo, fn: Callable, names: tuple[st
     Source locations are left out of the exported modules (`jax_traceback_in_locations_limit`
     is 0 while exporting), so the same program exports to the same bytes every time.
     """
+    from jaxrace.rewards.api import field_dtypes
+
     (b,) = export.symbolic_shape("b")
     spec = jax.ShapeDtypeStruct
-    field_specs = _packed_specs(b)
+    dtypes = [*field_dtypes(RaceView).values(), *field_dtypes(Action).values(), *field_dtypes(RaceView).values()]
+    field_specs = [spec((b,), d) for d in dtypes]
     weight_spec = spec((b, len(info.params)), jnp.float32)
     forward = forward_function(fn, info, names)
 
@@ -352,14 +329,17 @@ def in_process_call(source: str) -> Callable:
     This executes the source in *this* process: for trusted source only (the benchmark
     baseline that the exported path is measured against). No gradients.
     """
+    from jaxrace.rewards.api import field_dtypes
+
     info = check_policy(parse_program(source))
     fn = execute_program(source, info)
     names = trace_program(source, info, fn)
+    dtypes = [*field_dtypes(RaceView).values(), *field_dtypes(Action).values(), *field_dtypes(RaceView).values()]
 
     def no_vjp(*args):
         raise NotImplementedError("the in-process baseline has no gradients")
 
-    return make_call(forward_function(fn, info, names), no_vjp, len(info.params), _field_dtypes())
+    return make_call(forward_function(fn, info, names), no_vjp, len(info.params), dtypes)
 
 
 # ---------------------------------------------------------------------------- all stages
@@ -367,7 +347,11 @@ def in_process_call(source: str) -> Callable:
 
 def _jaxpr_text(forward: Callable, num_params: int) -> str:
     """The traced computation of `forward` on a batch of 4, as text (no source locations in it)."""
-    return str(jax.make_jaxpr(forward)(jax.ShapeDtypeStruct((4, num_params), jnp.float32), *_packed_specs(4)))
+    from jaxrace.rewards.api import field_dtypes
+
+    spec = jax.ShapeDtypeStruct
+    dtypes = [*field_dtypes(RaceView).values(), *field_dtypes(Action).values(), *field_dtypes(RaceView).values()]
+    return str(jax.make_jaxpr(forward)(spec((4, num_params), jnp.float32), *(spec((4,), d) for d in dtypes)))
 
 
 def warm_up() -> None:

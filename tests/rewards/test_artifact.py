@@ -12,14 +12,7 @@ from jax import export
 
 import jaxrace.rewards.sandbox as sandbox
 from jaxrace.rewards import compile_reward
-from jaxrace.rewards.artifact import (
-    GROUP_DTYPES,
-    ArtifactError,
-    RewardArtifact,
-    field_groups,
-    pack_fields,
-    unpack_fields,
-)
+from jaxrace.rewards.artifact import ArtifactError, RewardArtifact
 from jaxrace.rewards.compiler import CompiledReward, load_reward
 from jaxrace.rewards.synthetic import action, synthetic_batch, view
 
@@ -117,28 +110,6 @@ def test_corrupt_or_foreign_artifacts_are_refused_with_a_reason(compiled):
         RewardArtifact.from_bytes(_rezip(data, **{"header.json": json.dumps(header)}))
     with pytest.raises(ArtifactError, match="do not load"):
         CompiledReward.from_artifact(_rezip(data, **{"forward.jaxexport": b"\x00" * 64}))
-    header = json.loads(zipfile.ZipFile(io.BytesIO(data)).read("header.json"))
-    header["version"] = 1  # one input per field: a run directory from before fields were packed
-    with pytest.raises(ArtifactError, match="version 1.*compile its source again"):
-        RewardArtifact.from_bytes(_rezip(data, **{"header.json": json.dumps(header)}))
-
-
-def test_fields_pack_by_dtype_and_unpack_to_the_same_values_in_order():
-    dtypes = [np.float32, np.int32, np.bool_, np.float32, np.int32, np.float32]
-    fields = [jnp.asarray([1.5, -2.0], np.float32), jnp.asarray([3, 4], np.int32), jnp.asarray([True, False]),
-              jnp.asarray([0.25, 8.0], np.float32), jnp.asarray([-7, 9], np.int32), jnp.asarray([5.0, 6.0], np.float32)]
-    groups = field_groups(dtypes)
-    assert groups == ((0, 3, 5), (1, 4), (2,))
-    packed = pack_fields(fields, groups)
-    assert [(p.shape, p.dtype) for p in packed] == [((2, 3), jnp.float32), ((2, 2), jnp.int32), ((2, 1), jnp.bool_)]
-    np.testing.assert_array_equal(packed[0], [[1.5, 0.25, 5.0], [-2.0, 8.0, 6.0]])
-    back = unpack_fields(packed, groups)
-    assert [b.dtype for b in back] == [f.dtype for f in fields]
-    for b, f in zip(back, fields, strict=True):
-        np.testing.assert_array_equal(b, f)
-    assert [p.shape for p in pack_fields(fields[:1], field_groups(dtypes[:1]))] == [(2, 1), (2, 0), (2, 0)]
-    with pytest.raises(ArtifactError, match="float32, int32 or bool"):
-        field_groups([np.float64])
 
 
 def test_an_artifact_with_a_foreign_custom_call_is_refused_by_the_caller(compiled):
@@ -149,15 +120,15 @@ def test_an_artifact_with_a_foreign_custom_call_is_refused_by_the_caller(compile
     """
     (b,) = export.symbolic_shape("b")
 
-    def with_custom_call(weights, floats, ints, bools):
-        m = jnp.stack([floats[:, 0], floats[:, 0] + 1.0], axis=-1)[..., None] * jnp.eye(2)
+    def with_custom_call(weights, *fields):
+        m = jnp.stack([fields[0], fields[0] + 1.0], axis=-1)[..., None] * jnp.eye(2)
         total = jnp.linalg.eigh(m)[0][..., 0]
-        return total, jnp.zeros(floats.shape[:1] + (2,), jnp.float32)
+        return total, jnp.zeros(fields[0].shape + (2,), jnp.float32)
 
     art = compiled.artifact
-    groups = field_groups([d for _, d in art.layout["RaceView"] + art.layout["Action"] + art.layout["RaceView"]])
     specs = [jax.ShapeDtypeStruct((b, 2), jnp.float32)] + [
-        jax.ShapeDtypeStruct((b, len(g)), d) for g, d in zip(groups, GROUP_DTYPES, strict=True)]
+        jax.ShapeDtypeStruct((b,), np.dtype(d)) for _, d in art.layout["RaceView"] + art.layout["Action"]
+        + art.layout["RaceView"]]
     forged = export.export(jax.jit(with_custom_call), platforms=("cpu",))(*specs).serialize()
     bad = RewardArtifact(source=art.source, sha256=art.sha256, component_names=art.component_names,
                          params=art.params, forward=forged, weights_vjp=art.weights_vjp)
