@@ -18,7 +18,10 @@ pool.
    by one plus the times the two drivers were compared; Thompson sampling: the pair of
    drivers adjacent in a ranking drawn from the fit's posterior; and expected information:
    a greedy batch maximising p(1-p) Var(s_a - s_b) under the fit's Laplace posterior, each
-   pick's information added before the next), over `--repeats` seeds. The
+   pick's information added before the next; expected ranking error: the same greedy
+   batch maximising the drop of the expected number of discordant pairs; and two
+   ceilings that choose with the truth's scores in place of the fit's), over `--repeats`
+   seeds. The
    target: active selection reaches random selection's accuracy at the label budget
    (`--budget` of the pool) with at most 60% of those labels.
 
