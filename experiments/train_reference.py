@@ -199,6 +199,9 @@ def main() -> None:
                         help="m/s; full lock shrinks as 1 / (1 + (v / this)^2); 0: fixed lock")
     parser.add_argument("--weight", action="append", default=[], metavar="NAME=VALUE",
                         help="override one of the reward's PARAMS, e.g. --weight w_rear_end=20 (repeatable)")
+    parser.add_argument("--lr-decay", type=float, default=None, metavar="SHARE",
+                        help="from this share of --minutes on, the actor's and critics' learning rates fall "
+                        "linearly to 10%% of theirs at the end (default: constant)")
     parser.add_argument("--tag", default="", help="results go to results/train_reference-<tag>.json and .png")
     parser.add_argument("--save", default=None,
                         help="write the final and the kept actor's parameters under this directory (orbax)")
@@ -261,8 +264,9 @@ def main() -> None:
                          n_step=args.n_step, warmup_epochs=20, epochs=args.chunk_epochs)
     trainer = make_train(config, env, params, bank)
     weights = parse_weights(parser, args.weight)
-    hparams = HParams(reward_scale=args.reward_scale, discount=args.discount, target_entropy=args.target_entropy,
-                      reward_params=jnp.asarray(bank.params_matrix([weights])[0]))
+    hparams = jax.tree.map(jnp.float32, HParams(
+        reward_scale=args.reward_scale, discount=args.discount, target_entropy=args.target_entropy,
+        reward_params=jnp.asarray(bank.params_matrix([weights])[0])))
     steps_per_epoch = config.num_envs * config.rollout_steps
 
     tt_steps = math.ceil(2.3 * ref_lap / 0.1)
@@ -286,7 +290,16 @@ def main() -> None:
 
     keep = KeepBest(score, every=args.eval_every)
     init = jax.jit(trainer.init)
-    chunk = jax.jit(lambda s: trainer.run_epochs(s, hparams, 0, args.chunk_epochs), donate_argnums=0)
+    budget = 60 * args.minutes
+    chunk = jax.jit(lambda s, h: trainer.run_epochs(s, h, 0, args.chunk_epochs), donate_argnums=0)
+
+    def hparams_at(elapsed_s: float) -> HParams:  # learning rates are traced: a new value compiles nothing
+        if args.lr_decay is None:
+            return hparams
+        done = min(max((elapsed_s / budget - args.lr_decay) / (1.0 - args.lr_decay), 0.0), 1.0)
+        scale = jnp.float32(1.0 - 0.9 * done)
+        return hparams.replace(actor_lr=hparams.actor_lr * scale, critic_lr=hparams.critic_lr * scale)
+
     t0 = time.perf_counter()
     state = init(k_init, hparams, 0)
     if args.assess:
@@ -294,10 +307,9 @@ def main() -> None:
     keep.start(jax.tree.map(lambda x: x[None], state.actor))
     curve, chunks = [], 0
     chunk_s = eval_s = 0.0
-    budget = 60 * args.minutes
     while time.perf_counter() - t0 + chunk_s + (eval_s if (chunks + 1) % args.eval_every == 0 else 0.0) < budget:
         started = time.perf_counter()
-        state, metrics = chunk(state)
+        state, metrics = chunk(state, hparams_at(time.perf_counter() - t0))
         chunks += 1
         epochs = chunks * args.chunk_epochs
         progress, reward = float(np.mean(metrics.progress)), float(np.mean(metrics.reward))
