@@ -12,16 +12,20 @@ pool.
    noiseless one: stochastic (beta 1), mistaken (10%), myopic (0.9), equal (within 0.25
    points), skipping (both below the median score), and all of them at once.
 2. Ranking accuracy (Kendall tau of the Bradley-Terry scores against the truth) as labels
-   from the mistaken teacher grow, picking pairs at random or actively
-   (`jaxrace.judges.pairs`: 10 random pairs, then rounds of 10 whose outcome is least
-   certain; and two variants: that score times the two strengths' variances, and divided
-   by one plus the times the two drivers were compared; Thompson sampling: the pair of
-   drivers adjacent in a ranking drawn from the fit's posterior; and expected information:
+   from the mistaken teacher grow, picking pairs at random or actively: in rounds of 10
+   by the expected information of a label under the clip model (what the loop does,
+   `jaxrace.judges.pairs.choose_informative`: each clip's strength is its driver's plus
+   its own deviation, labels have a 10% lapse rate; the prior picks the first round);
+   or 10 random pairs, then rounds of 10 whose outcome is least certain under the
+   drivers' Bradley-Terry fit (`choose_active`); and two variants: that score times the
+   two strengths' variances, and divided by one plus the times the two drivers were
+   compared; Thompson sampling: the pair of drivers adjacent in a ranking drawn from the
+   fit's posterior; and expected information:
    a greedy batch maximising p(1-p) Var(s_a - s_b) under the fit's Laplace posterior, each
    pick's information added before the next; expected ranking error: the same greedy
    batch maximising the drop of the expected number of discordant pairs; and two
    ceilings that choose with the truth's scores in place of the fit's), over `--repeats`
-   seeds. The
+   seeds. Every method is ranked by the drivers' Bradley-Terry fit of its labels. The
    target: active selection reaches random selection's accuracy at the label budget
    (`--budget` of the pool) with at most 60% of those labels.
 
@@ -45,7 +49,7 @@ from jaxrace.design.loop import Loop
 from jaxrace.design.progress import Display
 from jaxrace.design.rundir import RunDir
 from jaxrace.judges import Pair, ScriptedJudge, TaskScoring, cohen_kappa
-from jaxrace.judges.pairs import choose_active, pair_information
+from jaxrace.judges.pairs import choose_active, choose_informative, pair_information
 from jaxrace.rewards.bradley_terry import fit_labels
 
 
@@ -185,8 +189,14 @@ def choose_ranking(items: np.ndarray, scores: np.ndarray, games: np.ndarray, k: 
     return np.asarray(picked, np.int64)
 
 
-def pick(method: str, pool_agents, chosen, left, scores, stderr, n: int, rng, labs) -> np.ndarray:
+CLIPS = "clip information (the loop's)"
+
+
+def pick(method: str, pool_agents, chosen, left, scores, stderr, n: int, rng, labs, pool_clips=None,
+         agent=None) -> np.ndarray:
     """The next n of `left` by `method`: the library's score, or it weighted as variants to compare with."""
+    if method == CLIPS:
+        return choose_informative(pool_clips[left], agent, pool_clips[chosen], [labs[i] for i in chosen], n, rng)
     if method.startswith("oracle"):  # a ceiling: the choice made with the true scores in place of the fit's
         method = "ranking error" if "ranking" in method else "active, / (1 + repeats)"
     if method in ("information", "ranking error"):
@@ -226,6 +236,7 @@ def main() -> None:
     pool = [(a, b) for a, b in itertools.combinations(range(len(clips)), 2) if slot[a] == slot[b]
             and agent[a] != agent[b]]
     pool_agents = np.array([(agent[a], agent[b]) for a, b in pool])
+    pool_clips = np.array(pool, np.int64)
     scoring = TaskScoring.from_task(task)
     oracle = ScriptedJudge(scoring=scoring)
     truth_labels = labels(oracle, pool, clips, "truth")
@@ -257,8 +268,8 @@ def main() -> None:
 
     budget = int(round(args.budget * len(pool)))
     steps = list(range(10, budget + 1, 10))
-    methods = ("random", "active", "active, x stderr^2", "active, / (1 + repeats)", "thompson", "information",
-               "ranking error", "oracle, closest", "oracle, ranking error")
+    methods = ("random", CLIPS, "active", "active, x stderr^2", "active, / (1 + repeats)", "thompson",
+               "information", "ranking error", "oracle, closest", "oracle, ranking error")
     taus = {m: np.zeros((args.repeats, len(steps))) for m in methods}
     for rep in range(args.repeats):
         teacher = ScriptedJudge(scoring=scoring, mistake=0.1, seed=100 + rep)
@@ -269,7 +280,10 @@ def main() -> None:
             taus["random"][rep, j] = kendalltau(s, truth).statistic
         for method in methods[1:]:
             rng = np.random.default_rng([rep, methods.index(method)])
-            chosen = [int(i) for i in order[:10]]
+            if method == CLIPS:  # the clip model's prior picks the first round: no random start
+                chosen = [int(i) for i in choose_informative(pool_clips, agent, pool_clips[:0], [], 10, rng)]
+            else:
+                chosen = [int(i) for i in order[:10]]
             for j, n in enumerate(steps):
                 s, se = fit(pool_agents, labs, chosen, k)
                 taus[method][rep, j] = kendalltau(s, truth).statistic
@@ -277,7 +291,7 @@ def main() -> None:
                     left = np.setdiff1d(np.arange(len(pool)), chosen)
                     chosen += [int(i) for i in left[pick(method, pool_agents, chosen, left,
                                                          truth if method.startswith("oracle") else s, se,
-                                                         steps[j + 1] - n, rng, labs)]]
+                                                         steps[j + 1] - n, rng, labs, pool_clips, agent)]]
     mean = {m: t.mean(axis=0) for m, t in taus.items()}
     target = mean["random"][-1]
     table = [[n, *(f"{mean[m][j]:.3f}" for m in methods)] for j, n in enumerate(steps)

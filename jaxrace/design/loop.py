@@ -804,22 +804,23 @@ class Loop:
                 "position_bias": stats.position_bias})
 
     def _judge_active(self, k: int, pairs, d: str, runs, rng) -> list[dict]:
-        """`judge_budget` of `pairs`: a random fifth first, then rounds of a fifth by information."""
-        from jaxrace.judges.pairs import choose_active
-        from jaxrace.rewards.bradley_terry import fit_labels
+        """`judge_budget` of `pairs` in rounds of a fifth, each chosen by the clip model's expected information
+        (`jaxrace.judges.pairs.choose_informative`) given the labels so far; the prior alone picks the first."""
+        from jaxrace.judges.pairs import choose_informative
 
         c = self.config
-        names = sorted({r["candidate"] for r in runs})
-        owner = {row.id: names.index(row.candidate) for row in self.store.clips() if row.candidate in names}
-        items = np.array([(owner[a], owner[b]) for _, a, b in pairs])
+        clip_ids = sorted({x for _, a, b in pairs for x in (a, b)})
+        index = {clip: i for i, clip in enumerate(clip_ids)}
+        owner_of = {row.id: row.candidate for row in self.store.clips(clip_ids)}
+        names = sorted(set(owner_of.values()))
+        owner = np.array([names.index(owner_of[clip]) for clip in clip_ids], np.int64)
+        items = np.array([(index[a], index[b]) for _, a, b in pairs], np.int64)
         step = max(1, c.judge_budget // 5)
-        chosen = [int(i) for i in rng.permutation(len(pairs))[:step]]
-        records = self._judge(k, [pairs[i] for i in chosen], d)
+        chosen, records = [], []
         while len(chosen) < c.judge_budget:
-            scores, _ = fit_labels(items[chosen, 0], items[chosen, 1], [r["label"] for r in records], len(names))
             left = np.setdiff1d(np.arange(len(pairs)), chosen)
-            picked = left[choose_active(items[left], np.asarray(scores), min(step, c.judge_budget - len(chosen)),
-                                        rng)]
+            picked = left[choose_informative(items[left], owner, items[chosen], [r["label"] for r in records],
+                                             min(step, c.judge_budget - len(chosen)), rng)]
             chosen += [int(i) for i in picked]
             records += self._judge(k, [pairs[i] for i in picked], d)
         self.run.log(f"{d}/judge: {len(chosen)} of {len(pairs)} pairs chosen actively")
