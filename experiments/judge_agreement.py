@@ -49,7 +49,7 @@ from jaxrace.design.loop import Loop
 from jaxrace.design.progress import Display
 from jaxrace.design.rundir import RunDir
 from jaxrace.judges import Pair, ScriptedJudge, TaskScoring, cohen_kappa
-from jaxrace.judges.pairs import choose_active, choose_informative, pair_information
+from jaxrace.judges.pairs import choose_active, choose_informative, greedy_information, pair_information
 from jaxrace.rewards.bradley_terry import fit_labels
 
 
@@ -126,21 +126,8 @@ def choose_information(items: np.ndarray, scores: np.ndarray, games: np.ndarray,
     info = games * sig * (1.0 - sig)
     ref = 1.0 / (1.0 + np.exp(-scores))
     cov = np.linalg.inv(np.diag(info.sum(axis=1) + 2.0 * prior * ref * (1.0 - ref)) - info)
-    a, b = items[:, 0], items[:, 1]
-    weight = sig[a, b] * (1.0 - sig[a, b])
-    taken = np.zeros(len(items), bool)
-    tie_break = 1e-9 * rng.random(len(items))
-    picked = []
-    for _ in range(min(k, len(items))):
-        gain = np.log1p(weight * (cov[a, a] + cov[b, b] - 2.0 * cov[a, b])) + tie_break
-        best = int(np.argmax(np.where(taken, -np.inf, gain)))
-        picked.append(best)
-        taken[best] = True
-        u = np.zeros(len(scores))
-        u[a[best]], u[b[best]] = 1.0, -1.0
-        cu = cov @ u
-        cov = cov - np.outer(cu, cu) * weight[best] / (1.0 + weight[best] * (u @ cu))
-    return np.asarray(picked, np.int64)
+    return greedy_information(cov, items[:, 0], items[:, 1], sig[items[:, 0], items[:, 1]]
+                              * (1.0 - sig[items[:, 0], items[:, 1]]), k, rng)
 
 
 def choose_ranking(items: np.ndarray, scores: np.ndarray, games: np.ndarray, k: int,

@@ -66,11 +66,22 @@ def choose_informative(pairs: np.ndarray, owner: np.ndarray, judged: np.ndarray,
         raise ValueError(f"{len(judged)} judged pairs but {len(kept)} labels")
     strength, cov = fit_clips(owner, judged[kept, 0], judged[kept, 1], outcome[kept], model)
     a, b = pairs[:, 0], pairs[:, 1]
-    weight = pair_fisher(strength, a, b, model.lapse)
-    taken = np.zeros(len(pairs), bool)
-    tie_break = 1e-9 * rng.random(len(pairs))
+    return greedy_information(cov, a, b, pair_fisher(strength, a, b, model.lapse), k, rng)
+
+
+def greedy_information(cov: np.ndarray, a: np.ndarray, b: np.ndarray, weight: np.ndarray, k: int,
+                       rng: np.random.Generator) -> np.ndarray:
+    """Indices of k comparisons of items a[i] and b[i] (i64[P]), greedily by `log(1 + weight Var(x_a - x_b))`.
+
+    cov f64[M, M] is the posterior covariance of the items' strengths and weight f64[P] each
+    comparison's Fisher information; each pick's information is added to the posterior (a
+    rank-one update) before the next. Ties are broken at random.
+    """
+    cov = np.array(cov, np.float64)
+    taken = np.zeros(len(a), bool)
+    tie_break = 1e-9 * rng.random(len(a))
     picked = []
-    for _ in range(min(k, len(pairs))):
+    for _ in range(min(k, len(a))):
         gain = np.log1p(weight * (cov[a, a] + cov[b, b] - 2.0 * cov[a, b])) + tie_break
         best = int(np.argmax(np.where(taken, -np.inf, gain)))
         picked.append(best)

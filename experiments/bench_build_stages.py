@@ -1,0 +1,131 @@
+"""Where a reward program's build time goes, stage by stage, as the sandbox worker builds it.
+
+Usage: python experiments/bench_build_stages.py [--programs 16]
+
+A child process does what the worker does: `build.warm_up()`, then one forked child
+per program running `build.build_artifact` (the offline proposer's programs, distinct
+sources). Stages are timed from `build_artifact`'s own stage reports. Then, in the same
+forked child, the validation executable is compiled again three ways on the built
+artifact: as validation compiles it (the forward at the training batch, the forward on
+one transition and the weights' gradient on one), without the gradient, and the forward
+alone. Medians over the programs; no sandbox limits (the timings, not the isolation).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+from common import print_table, write_results
+
+STAGES = ("parse and policy", "execute", "trace and export", "execute again", "trace again (determinism)",
+          "validate")
+VARIANTS = ("as validation (batch forward + one forward + gradient)", "without the gradient", "batch forward only")
+
+
+def _measure(source: str) -> dict:
+    """In a forked child: build the artifact, timing each stage; then the validation compile variants."""
+    import jax
+    import numpy as np
+
+    from jaxrace.rewards import build
+
+    marks = []
+    build.build_artifact(source, report=lambda stage: marks.append(time.perf_counter()))
+    marks.append(time.perf_counter())
+    out = {"stages": [b - a for a, b in zip(marks, marks[1:], strict=False)]}
+    call = build.load_call(build.export_program(source, *_program(build, source)))
+    prev, action, curr, _, _ = build.validation_cases()
+    tiled = [build._tile(x, build.Limits().train_batch) for x in (prev, action, curr)]
+    one = [build._one(x, slice(0, 1)) for x in (prev, action, curr)]
+    weights = np.ones((len(build.check_policy(build.parse_program(source)).params),), np.float32)
+    variants = (
+        lambda w, t, o: (call(w, *t), call(w, *o), jax.grad(lambda v: call(v, *o)[0].sum())(w)),
+        lambda w, t, o: (call(w, *t), call(w, *o)),
+        lambda w, t, o: call(w, *t),
+    )
+    out["compile"] = []
+    for fn in variants:
+        lowered = jax.jit(fn).lower(weights, tiled, one)
+        t0 = time.perf_counter()
+        lowered.compile()
+        out["compile"].append(time.perf_counter() - t0)
+    return out
+
+
+def _program(build, source):
+    info = build.check_policy(build.parse_program(source))
+    fn = build.execute_program(source, info)
+    return info, fn, build.trace_program(source, info, fn)
+
+
+def child(path: str) -> None:
+    """The worker's pattern: warm up (no runtime threads), then fork one child per program."""
+    from jaxrace.rewards import build
+
+    build.warm_up()
+    sources = json.loads(open(path).read())
+    for source in sources:
+        read_fd, write_fd = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.close(read_fd)
+            try:
+                os.write(write_fd, json.dumps(_measure(source)).encode())
+            finally:
+                os._exit(0)
+        os.close(write_fd)
+        data = b""
+        while chunk := os.read(read_fd, 1 << 16):
+            data += chunk
+        os.close(read_fd)
+        os.waitpid(pid, 0)
+        print(data.decode(), flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--programs", type=int, default=16)
+    parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        return child(args.child)
+
+    import jax
+
+    from jaxrace.rewards import propose
+
+    sources = [p.source for p in propose("win the race cleanly from the back of the grid", args.programs,
+                                         jax.random.key(11))]
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        json.dump(sources, f)
+    try:
+        done = subprocess.run([sys.executable, __file__, "--child", f.name], capture_output=True, text=True,
+                              timeout=600, check=True)
+    finally:
+        os.unlink(f.name)
+    results = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    stages = [statistics.median(r["stages"][i] for r in results) for i in range(len(STAGES))]
+    total = statistics.median(sum(r["stages"]) for r in results)
+    compiles = [statistics.median(r["compile"][i] for r in results) for i in range(len(VARIANTS))]
+    n = len(results)
+    print_table(["build stage (forked child)", f"median of {n} programs"],
+                [[s, f"{t:.3f} s"] for s, t in zip(STAGES, stages, strict=True)] + [["all", f"{total:.3f} s"]])
+    print_table(["validation executable: XLA compile", f"median of {n} programs"],
+                [[v, f"{t:.3f} s"] for v, t in zip(VARIANTS, compiles, strict=True)])
+    rows = [{"name": f"build stage: {s}", "value": round(t, 4), "unit": "s", "programs": n}
+            for s, t in zip(STAGES, stages, strict=True)]
+    rows.append({"name": "build, all stages", "value": round(total, 4), "unit": "s", "programs": n})
+    rows += [{"name": f"validation compile: {v}", "value": round(t, 4), "unit": "s", "programs": n}
+             for v, t in zip(VARIANTS, compiles, strict=True)]
+    print(f"wrote {write_results(__file__, rows)}")
+
+
+if __name__ == "__main__":
+    main()
