@@ -776,7 +776,7 @@ class Loop:
 
     def judge_pairs(self, k: int) -> None:
         """Pairs of candidates on the same race, clip slot and seed (left/right order drawn): all of them, or
-        `judge_budget` chosen actively (`jaxrace.judges.pairs`) in rounds, refitting Bradley-Terry between rounds."""
+        `judge_budget` chosen actively (`jaxrace.judges.pairs`) in rounds, refitting the clip model between rounds."""
         c = self.config
         d = f"iter{k}"
         runs = self.run.read_json(f"{d}/train/curves.json")["runs"]
@@ -821,6 +821,8 @@ class Loop:
             left = np.setdiff1d(np.arange(len(pairs)), chosen)
             picked = left[choose_informative(items[left], owner, items[chosen], [r["label"] for r in records],
                                              min(step, c.judge_budget - len(chosen)), rng)]
+            if not len(picked):  # every pair judged: a budget above the pool
+                break
             chosen += [int(i) for i in picked]
             records += self._judge(k, [pairs[i] for i in picked], d)
         self.run.log(f"{d}/judge: {len(chosen)} of {len(pairs)} pairs chosen actively")

@@ -30,11 +30,11 @@ class ClipModel:
 
     spread: float = 1.0  # s.d. of a clip's strength around its owner's: owners differ more than their clips
     owner_spread: float = 2.0  # s.d. of the owners' strengths
-    lapse: float = 0.1  # chance a label is a mistake, whatever the clips
+    lapse: float = 0.1  # chance a label is a mistake, whatever the clips (> 0 keeps every weight finite)
 
     def __post_init__(self):
-        if not (self.spread > 0 and self.owner_spread > 0 and 0.0 <= self.lapse < 0.5):
-            raise ValueError(f"ClipModel needs spread > 0, owner_spread > 0 and lapse in [0, 0.5); got "
+        if not (self.spread > 0 and self.owner_spread > 0 and 0.0 < self.lapse < 0.5):
+            raise ValueError(f"ClipModel needs spread > 0, owner_spread > 0 and lapse in (0, 0.5); got "
                              f"spread={self.spread}, owner_spread={self.owner_spread}, lapse={self.lapse}")
 
 
@@ -92,8 +92,9 @@ def fit_clips(owner: np.ndarray, first: np.ndarray, second: np.ndarray, outcome:
         grad = precision @ u - np.bincount(a, dz, c) + np.bincount(b, dz, c)
         return 0.5 * u @ precision @ u - np.sum(y * np.log(p) + (1.0 - y) * np.log1p(-p)), grad
 
-    u = minimize(objective, np.zeros(c), jac=True, method="L-BFGS-B", options={"gtol": 1e-8}).x if len(a) else \
-        np.zeros(c)
+    u = np.zeros(c)
+    if len(a):
+        u = minimize(objective, u, jac=True, method="L-BFGS-B", options={"ftol": 1e-12, "gtol": 1e-9}).x
     w = pair_fisher(u, a, b, lapse)
     info = precision.copy()
     np.add.at(info, (a, a), w)

@@ -5,7 +5,7 @@ import pytest
 from scipy.optimize import minimize
 from scipy.special import expit
 
-from jaxrace.judges.clip_model import ClipModel, fit_clips, label_outcomes, prior_covariance
+from jaxrace.judges.clip_model import ClipModel, fit_clips, label_outcomes, pair_fisher, prior_covariance
 from jaxrace.judges.pairs import choose_informative
 
 OWNER = np.array([0, 0, 1, 1, 2, 2, 3, 3])  # four owners, each with a clip at two moments (clip 2i: moment 0)
@@ -53,6 +53,22 @@ def test_fit_matches_the_joint_fit_of_clips_and_owners():
     assert u.dtype == cov.dtype == np.float64 and cov.shape == (8, 8)
 
 
+@pytest.mark.parametrize("lapse", [0.01, 0.1, 0.3])
+def test_pair_fisher_is_the_expected_squared_score_of_one_label(lapse):
+    strength = np.array([1.3, -0.4, 0.0])
+    a, b = np.array([0, 1, 2]), np.array([1, 2, 2])
+    z = strength[a] - strength[b]
+    h = 1e-6
+
+    def p(x):
+        return lapse + (1 - 2 * lapse) / (1 + np.exp(-x))
+
+    dp = (p(z + h) - p(z - h)) / (2 * h)  # by finite differences, then summed over the two outcomes
+    expected = p(z) * (dp / p(z)) ** 2 + (1 - p(z)) * (dp / (1 - p(z))) ** 2
+    assert pair_fisher(strength, a, b, lapse) == pytest.approx(expected, rel=1e-5)
+    assert pair_fisher(strength, a, b, lapse)[0] < pair_fisher(strength, a, b, 0.0001)[0]  # a lapse weighs less
+
+
 def test_no_labels_give_zero_strengths_and_the_prior():
     u, cov = fit_clips(OWNER, np.zeros(0, int), np.zeros(0, int), np.zeros(0))
     assert np.all(u == 0)
@@ -74,6 +90,8 @@ def test_bad_input_is_refused_with_a_message():
         label_outcomes(["first", "better"])
     with pytest.raises(ValueError, match="lapse"):
         ClipModel(lapse=0.5)
+    with pytest.raises(ValueError, match="lapse in \\(0, 0.5\\)"):
+        ClipModel(lapse=0.0)
     with pytest.raises(ValueError, match="one shape"):
         fit_clips(OWNER, np.array([0]), np.array([2, 4]), np.array([1.0]))
     with pytest.raises(ValueError, match="2 judged pairs but 1 labels"):
