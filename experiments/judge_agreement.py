@@ -1,6 +1,7 @@
 """Noisy judges against the noiseless one, and random against active pair selection.
 
 Usage: python experiments/judge_agreement.py [--drivers 16] [--slots 3] [--repeats 10] [--budget 0.5]
+                                            [--round 10] [--every 2]
 
 The agents are the built-in AI driving the ego car at varied skill and aggression (the
 loop's bootstrap stage, run here with `--drivers` races cut into `--slots` clips each),
@@ -25,9 +26,12 @@ pool.
    pick's information added before the next; expected ranking error: the same greedy
    batch maximising the drop of the expected number of discordant pairs; and two
    ceilings that choose with the truth's scores in place of the fit's), over `--repeats`
-   seeds. Every method is ranked by the drivers' Bradley-Terry fit of its labels. The
-   target: active selection reaches random selection's accuracy at the label budget
-   (`--budget` of the pool) with at most 60% of those labels.
+   seeds. Every method is ranked by the drivers' Bradley-Terry fit of its labels,
+   measured every `--every` labels (a round's picks are in the order chosen, so any
+   prefix is what a smaller budget would have judged). The target: active selection
+   reaches random selection's accuracy at the label budget (`--budget` of the pool)
+   with at most 60% of those labels; the labels needed come with a 90% interval from
+   resampling the seeds.
 
 Prints tables and writes results/judge_agreement.json.
 """
@@ -216,6 +220,8 @@ def main() -> None:
     parser.add_argument("--slots", type=int, default=3)
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--budget", type=float, default=0.5, help="the label budget, as a share of the pool")
+    parser.add_argument("--round", type=int, default=10, help="pairs chosen per round of active selection")
+    parser.add_argument("--every", type=int, default=2, help="labels between two measures of the ranking")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         task, names, agent, slot, clips = make_clips(args.drivers, args.slots, Path(tmp))
@@ -254,7 +260,7 @@ def main() -> None:
     print_table(["teacher", "pairs both labelled", "agreement", "Cohen's kappa"], table)
 
     budget = int(round(args.budget * len(pool)))
-    steps = list(range(10, budget + 1, 10))
+    steps = sorted(set(range(args.every, budget + 1, args.every)) | {budget})
     methods = ("random", CLIPS, "active", "active, x stderr^2", "active, / (1 + repeats)", "thompson",
                "information", "ranking error", "oracle, closest", "oracle, ranking error")
     taus = {m: np.zeros((args.repeats, len(steps))) for m in methods}
@@ -268,17 +274,19 @@ def main() -> None:
         for method in methods[1:]:
             rng = np.random.default_rng([rep, methods.index(method)])
             if method == CLIPS:  # the clip model's prior picks the first round: no random start
-                chosen = [int(i) for i in choose_informative(pool_clips, agent, pool_clips[:0], [], 10, rng)]
+                chosen = [int(i) for i in choose_informative(pool_clips, agent, pool_clips[:0], [], args.round, rng)]
             else:
-                chosen = [int(i) for i in order[:10]]
+                chosen = [int(i) for i in order[:args.round]]
             for j, n in enumerate(steps):
-                s, se = fit(pool_agents, labs, chosen, k)
-                taus[method][rep, j] = kendalltau(s, truth).statistic
-                if j + 1 < len(steps):
+                while n > len(chosen):  # the next round, chosen with everything judged so far
+                    s, se = fit(pool_agents, labs, chosen, k)
                     left = np.setdiff1d(np.arange(len(pool)), chosen)
+                    more = min(args.round, budget - len(chosen))
                     chosen += [int(i) for i in left[pick(method, pool_agents, chosen, left,
                                                          truth if method.startswith("oracle") else s, se,
-                                                         steps[j + 1] - n, rng, labs, pool_clips, agent)]]
+                                                         more, rng, labs, pool_clips, agent)]]
+                s, _ = fit(pool_agents, labs, chosen[:n], k)
+                taus[method][rep, j] = kendalltau(s, truth).statistic
     mean = {m: t.mean(axis=0) for m, t in taus.items()}
     target = mean["random"][-1]
     table = [[n, *(f"{mean[m][j]:.3f}" for m in methods)] for j, n in enumerate(steps)
@@ -286,15 +294,26 @@ def main() -> None:
     print_table(["labels", *(f"Kendall tau, {m}" for m in methods)], table)
     for j, n in enumerate(steps):
         rows += [{"name": f"Kendall tau at {n} labels, {m}", "value": round(float(mean[m][j]), 4), "unit": "tau"}
-                 for m in methods]
+                 for m in methods if n % 10 == 0 or n == budget]
+    resample = np.random.default_rng(0).integers(0, args.repeats, (1000, args.repeats))
+
+    def needed(curve: np.ndarray, goal: float) -> float:
+        return next((n for n, t in zip(steps, curve, strict=True) if t >= goal), np.inf)
+
     for m in methods[1:]:
-        reached = next((n for n, t in zip(steps, mean[m], strict=True) if t >= target), None)
-        share = None if reached is None else reached / budget
+        reached = needed(mean[m], target)
+        share = None if reached == np.inf else reached / budget
+        draws = [needed(taus[m][r].mean(axis=0), taus["random"][r, -1].mean()) for r in resample]
+        draws = np.sort(draws)  # "never" (inf) sorts last
+        low, high = draws[int(0.05 * len(draws))] / budget, draws[int(0.95 * len(draws)) - 1] / budget
         print(f"random selection reaches tau {target:.3f} with {budget} labels; {m} "
-              + ("never does within the budget" if reached is None else f"with {reached} ({100 * share:.0f}%)"))
+              + ("never does within the budget" if share is None else
+                 f"with {reached} ({100 * share:.0f}%; 90% interval {100 * low:.0f}-{100 * high:.0f}%, inf: never)"))
         rows.append({"name": f"labels {m} needs for random's accuracy at the budget, share of the budget",
                      "value": None if share is None else round(share, 3), "unit": "share", "budget": budget,
-                     "pool": len(pool), "drivers": k, "repeats": args.repeats})
+                     "interval_90": [None if not np.isfinite(q) else round(q, 3) for q in (low, high)],
+                     "pool": len(pool), "drivers": k, "repeats": args.repeats, "round": args.round,
+                     "every": args.every})
     print(f"wrote {write_results(__file__, rows)}")
 
 
