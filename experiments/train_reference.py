@@ -23,7 +23,10 @@ on other fields than those of step 2; the best of those checkpoints by a racing 
 the kept checkpoint, assessed beside the final policy. Writes results/train_reference.json
 and .png (with `--tag T`: train_reference-T.json and .png, for variants).
 Pin a run to one core with `taskset -c 0` to train two seeds side by side: the rows
-record the cores used.
+record the cores used. `--steps N` also stops at N env steps (to compare actors at equal
+steps). `--actor pixels` trains the CNN+GRU actor on 64x64 images (the critics read the
+state); on CPU its gradient updates are jitted calls from a host loop (`--host-updates`),
+since XLA:CPU differentiates a convolution inside a scan about 25x slower.
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ import jaxrace
 from jaxrace.agents import HParams, TrainConfig, make_train
 from jaxrace.agents.checkpoint import load_checkpoint, save_checkpoint
 from jaxrace.agents.networks import NetworkConfig
+from jaxrace.agents.runner import per_run_hparams, split_epochs
 from jaxrace.agents.selection import Assessment, KeepBest, assess, racing_score
 from jaxrace.envs import builtin_track, load_track_csv, per_env_params, race_fields, reference_lap_time
 from jaxrace.rewards import RewardBank, library_reward
@@ -167,6 +171,8 @@ def main() -> None:
                         help="training budget, compile and checkpoint-selection races included")
     parser.add_argument("--track", default="oval")
     parser.add_argument("--chunk-epochs", type=int, default=200)
+    parser.add_argument("--steps", type=int, default=None,
+                        help="stop after the chunk that reaches this many env steps (default: --minutes only)")
     parser.add_argument("--eval-every", type=int, default=3, help="chunks between checkpoint evaluations")
     parser.add_argument("--select-races", type=int, default=16,
                         help="races per checkpoint evaluation (0: time trial only)")
@@ -184,6 +190,10 @@ def main() -> None:
     parser.add_argument("--actor", default="state", choices=["state", "pixels"],
                         help="the actor's input: the state vector, or 64x64 pixels through a CNN and a GRU "
                              "(recurrent replay; the critics read the state either way)")
+    parser.add_argument("--host-updates", default="auto", choices=["auto", "on", "off"],
+                        help="each gradient update its own jitted call from a Python loop instead of a scan "
+                             "(XLA:CPU differentiates convolutions in a loop far more slowly); auto: on for the "
+                             "pixel actor on CPU")
     parser.add_argument("--burn-in", type=int, default=8, help="pixels: replayed steps that warm the GRU")
     parser.add_argument("--train-length", type=int, default=16, help="pixels: trained steps per sequence")
     parser.add_argument("--hidden", type=int, default=128)
@@ -261,7 +271,9 @@ def main() -> None:
     config = TrainConfig(network=network, num_envs=num_envs, rollout_steps=8, updates_per_epoch=args.updates,
                          burn_in=args.burn_in, train_length=args.train_length,
                          batch_size=args.batch, replay_size=args.replay,
-                         n_step=args.n_step, warmup_epochs=20, epochs=args.chunk_epochs)
+                         n_step=args.n_step, warmup_epochs=20, epochs=args.chunk_epochs,
+                         host_updates=args.host_updates == "on" or (args.host_updates == "auto" and pixels
+                                                                    and jax.default_backend() == "cpu"))
     trainer = make_train(config, env, params, bank)
     weights = parse_weights(parser, args.weight)
     hparams = jax.tree.map(jnp.float32, HParams(
@@ -291,7 +303,15 @@ def main() -> None:
     keep = KeepBest(score, every=args.eval_every)
     init = jax.jit(trainer.init)
     budget = 60 * args.minutes
-    chunk = jax.jit(lambda s, h: trainer.run_epochs(s, h, 0, args.chunk_epochs), donate_argnums=0)
+    fused_chunk = jax.jit(lambda s, h: trainer.run_epochs(s, h, 0, args.chunk_epochs), donate_argnums=0)
+
+    def chunk(s, h, done: int):
+        """`--chunk-epochs` epochs after `done`: one fused program, or split with a host loop of updates."""
+        if not config.host_updates:
+            return fused_chunk(s, h)
+        s, m = split_epochs(trainer, jax.tree.map(lambda x: x[None], s), per_run_hparams(h, 1),
+                            jnp.zeros(1, jnp.int32), args.chunk_epochs, first_epoch=done)
+        return jax.tree.map(lambda x: x[0], (s, m))
 
     def hparams_at(elapsed_s: float) -> HParams:  # learning rates are traced: a new value compiles nothing
         if args.lr_decay is None:
@@ -307,9 +327,10 @@ def main() -> None:
     keep.start(jax.tree.map(lambda x: x[None], state.actor))
     curve, chunks = [], 0
     chunk_s = eval_s = 0.0
-    while time.perf_counter() - t0 + chunk_s + (eval_s if (chunks + 1) % args.eval_every == 0 else 0.0) < budget:
+    while time.perf_counter() - t0 + chunk_s + (eval_s if (chunks + 1) % args.eval_every == 0 else 0.0) < budget \
+            and (args.steps is None or chunks * args.chunk_epochs * steps_per_epoch < args.steps):
         started = time.perf_counter()
-        state, metrics = chunk(state, hparams_at(time.perf_counter() - t0))
+        state, metrics = chunk(state, hparams_at(time.perf_counter() - t0), chunks * args.chunk_epochs)
         chunks += 1
         epochs = chunks * args.chunk_epochs
         progress, reward = float(np.mean(metrics.progress)), float(np.mean(metrics.reward))
@@ -365,6 +386,8 @@ def main() -> None:
             {"name": f"{tag}second half of training, time-trial course-outs per evaluation",
              "value": round(float(np.mean([e["outs"] for e in late])), 2), "unit": "count"}]
     rows.append({"name": f"{tag}checkpoint evaluations", "value": evals, "unit": "list"})
+    rows.append({"name": f"{tag}training curve: env steps, progress m/step, reward per step", "unit": "list",
+                 "value": [[int(n), round(p, 3), round(r, 3)] for n, p, r in curve]})
     rows.append({"name": "command-line options", "value": {k: v for k, v in vars(args).items() if k != "save"},
                  "unit": "options"})
     print_table(["measure", "value", "unit"], [[r["name"], r["value"], r["unit"]] for r in rows

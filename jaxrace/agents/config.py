@@ -26,6 +26,10 @@ class TrainConfig:
     burn_in: int = 16  # recurrent actor only: replayed steps that warm the GRU state, no gradients
     train_length: int = 32  # recurrent actor only: trained steps per sampled sequence
     reinit_every: int = 0  # epochs between re-initialisations of the networks (primacy bias); 0: never
+    # Each update its own jitted call from a host loop, not a scan inside `learn`: XLA:CPU
+    # differentiates a convolution inside a loop ~25x slower (README, "The pixel actor on CPU").
+    # Split programs only (`train_many(fused=False)`); the results are the same.
+    host_updates: bool = False
 
     def __post_init__(self):
         positive = ("n_step", "num_envs", "rollout_steps", "batch_size", "train_length")

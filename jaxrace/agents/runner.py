@@ -2,7 +2,9 @@
 
 Plain Python around jitted functions, each vmapped over the run axis: `init`, then per
 epoch either one fused program (`fused=True`: `Trainer.run_epochs`, a scan over a chunk
-of epochs) or three (`collect`, `label`, `learn`; the default). Only `label` reads the
+of epochs) or three (`collect`, `label`, `learn`; the default; with
+`TrainConfig.host_updates`, `learn` is `store`, one `update` call per gradient update
+from a Python loop, and `finish`). Only `label` reads the
 reward bank, so with the split programs a new bank recompiles only that small program:
 `collect` and `learn` are compiled once per Learner (and kept in JAX's persistent cache
 across processes). Progress callbacks, checkpoints (orbax) and resumption happen between
@@ -50,19 +52,58 @@ def _learn(learner: Learner, state, hparams, collected, rewards):
     return jax.vmap(learner.learn)(state, hparams, collected, rewards)
 
 
-def _split_chunk(trainer: Trainer, state, hparams, reward_index, num_epochs: int):
-    """`num_epochs` epochs as collect, label and learn calls; metrics stacked as [R, num_epochs].
+@functools.partial(jax.jit, static_argnums=(0,), donate_argnums=(1,))
+def _store(learner: Learner, state, collected, rewards):
+    return jax.vmap(learner.store)(state, collected, rewards)
 
-    The weights go to `label` alone: their width (the bank's most PARAMS) must not reach
-    the bank-free programs' shapes.
+
+@functools.partial(jax.jit, static_argnums=(0,), donate_argnums=(1,))
+def _update(learner: Learner, state, hparams):
+    return jax.vmap(learner.update)(state, hparams)
+
+
+@functools.partial(jax.jit, static_argnums=(0,), donate_argnums=(1,))
+def _finish(learner: Learner, state, collected, rewards, losses):
+    """losses: (critic, actor) f32[R, U], or None during warm-up (no updates: reported as 0)."""
+    def one(s, c, r, ls):
+        ls = (jnp.zeros(learner.config.updates_per_epoch),) * 2 if ls is None else ls
+        return learner.finish(s, s, c, r, ls)
+
+    return jax.vmap(one)(state, collected, rewards, losses)
+
+
+def _host_learn(learner: Learner, state, hparams, collected, rewards, epoch: int):
+    """`learn` with each update its own call (`TrainConfig.host_updates`); none during warm-up."""
+    state = _store(learner, state, collected, rewards)
+    losses = None
+    if epoch >= learner.config.warmup_epochs:
+        steps = []
+        for _ in range(learner.config.updates_per_epoch):
+            state, loss = _update(learner, state, hparams)
+            steps.append(loss)
+        losses = tuple(jnp.stack(x, axis=1) for x in zip(*steps, strict=True)) if steps else None
+    return _finish(learner, state, collected, rewards, losses)
+
+
+def split_epochs(trainer: Trainer, state, hparams, reward_index, num_epochs: int, first_epoch: int = 0):
+    """`num_epochs` epochs of R vmapped runs as collect, label and learn calls (train_many's default).
+
+    state, hparams (`per_run_hparams`) and reward_index i32[R] have the run axis R first;
+    returns (state, Metrics [R, num_epochs]). The weights go to `label` alone: their width
+    (the bank's most PARAMS) must not reach the bank-free programs' shapes. `first_epoch`
+    (the epochs done before) tells the host loop of `TrainConfig.host_updates` when
+    warm-up ends.
     """
     reward_params = _reward_params(trainer, hparams, reward_index)
     hparams = hparams.replace(reward_params=None)
-    metrics = []
-    for _ in range(num_epochs):
-        state, collected = _collect(trainer.learner, state)
+    learner, metrics = trainer.learner, []
+    for epoch in range(first_epoch, first_epoch + num_epochs):
+        state, collected = _collect(learner, state)
         rewards = _label(trainer, collected, reward_index, reward_params)
-        state, epoch_metrics = _learn(trainer.learner, state, hparams, collected, rewards)
+        if learner.config.host_updates:
+            state, epoch_metrics = _host_learn(learner, state, hparams, collected, rewards, epoch)
+        else:
+            state, epoch_metrics = _learn(learner, state, hparams, collected, rewards)
         metrics.append(epoch_metrics)
     return state, jax.tree.map(lambda *m: jnp.stack(m, axis=1), *metrics)
 
@@ -152,7 +193,8 @@ def train_many(trainer: Trainer, key: jax.Array, reward_indices, seeds_per_rewar
     state = _committed(_init_runs(trainer.learner, keys, hparams.replace(reward_params=None)))
     if keep is not None:
         keep.start(state.actor, updates=len(range(0, epochs, chunk)))
-    run_chunk = _run_chunk if fused else _split_chunk
+    if fused and trainer.config.host_updates:
+        raise ValueError("TrainConfig(host_updates=True) needs the split programs: train_many(fused=False)")
     history = shard_envs(Metrics(*(jnp.zeros((runs, epochs), bool if name == "failed" else jnp.float32)
                                    for name in Metrics._fields)), run_sharding, strict=False)
     start = 0
@@ -180,7 +222,10 @@ def train_many(trainer: Trainer, key: jax.Array, reward_indices, seeds_per_rewar
             if keep is not None:
                 keep.load(stored[2])
         for done in range(start, epochs, chunk):
-            state, metrics = run_chunk(trainer, state, hparams, reward_index, chunk)
+            if fused:
+                state, metrics = _run_chunk(trainer, state, hparams, reward_index, chunk)
+            else:
+                state, metrics = split_epochs(trainer, state, hparams, reward_index, chunk, first_epoch=done)
             history = jax.tree.map(lambda h, m, d=done: h.at[:, d:d + chunk].set(m), history, metrics)
             if keep is not None:
                 keep.update(done + chunk, state.actor)

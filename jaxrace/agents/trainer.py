@@ -6,7 +6,9 @@ any reward (acting, replay, the QR-SAC update); `make_train(..., bank)` (or
 `collect(state) -> (state, Collected)` drives the envs; `label(Collected, reward_index,
 reward_params) -> f32[num_envs, rollout_steps]` computes the run's rewards (the only
 piece that reads the bank); `learn(state, hparams, Collected, rewards)` stores the
-labelled transitions and runs the updates. `Trainer.run_epochs` fuses them into one
+labelled transitions and runs the updates (`store`, a scan of `update`, `finish`; the
+runner can call `update` from a host loop instead, `TrainConfig.host_updates`).
+`Trainer.run_epochs` fuses them into one
 scan; `runner.train_many` can also jit them separately, so that only the small `label`
 program is compiled again for a new bank (see the README's compile-time table).
 
@@ -107,7 +109,10 @@ class Learner:
     config: TrainConfig
     init: Callable  # (key, hparams) -> TrainState
     collect: Callable  # (state) -> (state, Collected)
-    learn: Callable  # (state, hparams, Collected, rewards f32[n, T]) -> (state, Metrics)
+    learn: Callable  # (state, hparams, Collected, rewards f32[n, T]) -> (state, Metrics): store, updates, finish
+    store: Callable  # (state, Collected, rewards) -> state with the rollout in replay
+    update: Callable  # (state, hparams) -> (state, (critic loss f32[], actor loss f32[])): one gradient update
+    finish: Callable  # (stored, trained, Collected, rewards, losses f32[U] x2) -> (state, Metrics)
     policy: Callable  # (actor_params, carry f32[G], obs) -> (carry, action f32[2]), deterministic
     initial_carry: Callable  # () -> f32[G]
     loss_fn: Callable  # (nets, target_critic, batch, hparams, key) -> Losses
@@ -283,20 +288,34 @@ def make_learner(config: TrainConfig, env, env_params: EnvParams) -> Learner:
                               reset=rollout.reset, key=key)
         return state, Collected(traj, prev_view, view)
 
-    def learn(state: TrainState, hparams: HParams, collected: Collected, rewards) -> tuple[TrainState, Metrics]:
-        """Stores the labelled rollout, then `updates_per_epoch` updates (none during warm-up)."""
-        random_actions = state.epoch < config.warmup_epochs
+    def store(state: TrainState, collected: Collected, rewards) -> TrainState:
+        """The labelled rollout into replay."""
         traj = collected.transitions._replace(reward=jnp.asarray(rewards, jnp.float32))
-        state = state.replace(replay=buffer.add(state.replay, traj))
-        trained_state, (c_loss, a_loss) = jax.lax.scan(lambda s, _: update(s, hparams), state, None,
-                                                       length=config.updates_per_epoch)
-        state = jax.tree.map(lambda w, t: jnp.where(random_actions, w, t), state, trained_state)
+        return state.replace(replay=buffer.add(state.replay, traj))
+
+    def finish(stored: TrainState, trained: TrainState, collected: Collected, rewards,
+               losses) -> tuple[TrainState, Metrics]:
+        """The epoch's end: `trained` (or `stored`, untouched, during warm-up) and its metrics.
+
+        losses: (critic f32[U], actor f32[U]) of the epoch's updates; reported as 0 during
+        warm-up, whose updates are discarded.
+        """
+        random_actions = stored.epoch < config.warmup_epochs
+        state = jax.tree.map(lambda w, t: jnp.where(random_actions, w, t), stored, trained)
         progress = collected.view.progress - collected.prev_view.progress
-        metrics = Metrics(reward=jnp.mean(traj.reward), progress=jnp.mean(progress),
-                          critic_loss=jnp.mean(c_loss), actor_loss=jnp.mean(a_loss),
-                          alpha=jnp.exp(state.log_alpha), failed=state.failed)
+        c_loss, a_loss = (jnp.where(random_actions, 0.0, jnp.mean(x)) for x in losses)
+        metrics = Metrics(reward=jnp.mean(jnp.asarray(rewards, jnp.float32)), progress=jnp.mean(progress),
+                          critic_loss=c_loss, actor_loss=a_loss, alpha=jnp.exp(state.log_alpha), failed=state.failed)
         return state.replace(epoch=state.epoch + 1), metrics
 
-    return Learner(config=config, init=init, collect=collect, learn=learn, policy=acting.policy,
+    def learn(state: TrainState, hparams: HParams, collected: Collected, rewards) -> tuple[TrainState, Metrics]:
+        """Stores the labelled rollout, then `updates_per_epoch` updates (none during warm-up) in a scan."""
+        stored = store(state, collected, rewards)
+        trained, losses = jax.lax.scan(lambda s, _: update(s, hparams), stored, None,
+                                       length=config.updates_per_epoch)
+        return finish(stored, trained, collected, rewards, losses)
+
+    return Learner(config=config, init=init, collect=collect, learn=learn, store=store, update=update,
+                   finish=finish, policy=acting.policy,
                    initial_carry=lambda: carry0, loss_fn=loss_fn,
                    sample=lambda replay, key: buffer.sample(replay, key).experience, next_frames=next_frames)

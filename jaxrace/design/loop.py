@@ -459,10 +459,16 @@ class Loop:
             config = TrainConfig(network=network, num_envs=c.num_envs, rollout_steps=c.rollout_steps,
                                  updates_per_epoch=c.updates_per_epoch, batch_size=c.batch_size,
                                  replay_size=c.replay_size, n_step=c.n_step, warmup_epochs=c.warmup_epochs,
-                                 epochs=c.epochs)
+                                 epochs=c.epochs, host_updates=self._host_updates())
             self._learner = make_learner(config, self.envs.train_env, self.envs.train_params)
         epochs = c.final_epochs if k == "final" else c.epochs
         return Trainer(self._learner, bank, dataclasses.replace(self._learner.config, epochs=epochs))
+
+    def _host_updates(self) -> bool:
+        """The pixel actor on CPU trains with one jitted call per update (`TrainConfig.host_updates`)."""
+        import jax
+
+        return self.config.actor_input == "pixels" and jax.default_backend() == "cpu"
 
     def _prepare_final(self) -> None:
         from jaxrace.rewards import library_reward, load_reward
