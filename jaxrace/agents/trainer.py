@@ -56,6 +56,11 @@ from jaxrace.rewards.api import Action, RaceView
 from jaxrace.rewards.bank import RewardBank
 
 HUGE_REWARD = 1e6  # a sampled reward beyond this marks the run failed
+# The TrainState fields a gradient update writes. Selecting between two states (a failed update,
+# a warm-up epoch's discarded updates) touches only these: a select over the whole state would
+# also copy the replay buffer, which XLA cannot always see is the same on both sides.
+UPDATED_FIELDS = ("actor", "critic", "target_critic", "log_alpha", "actor_opt", "critic_opt", "alpha_opt", "key",
+                  "failed")
 
 
 @struct.dataclass
@@ -189,6 +194,12 @@ class Trainer:
         return self.run_epochs(self.init(key, hparams, reward_index), hparams, reward_index, self.config.epochs)
 
 
+def _select(pred: jax.Array, old: TrainState, new: TrainState) -> TrainState:
+    """`new` with each of `UPDATED_FIELDS` taken from `old` where `pred` (a bool scalar) holds."""
+    return new.replace(**{f: jax.tree.map(lambda a, b: jnp.where(pred, a, b), getattr(old, f), getattr(new, f))
+                          for f in UPDATED_FIELDS})
+
+
 def _adam():
     return optax.inject_hyperparams(optax.adam)(learning_rate=0.0)
 
@@ -265,7 +276,7 @@ def make_learner(config: TrainConfig, env, env_params: EnvParams) -> Learner:
         bad = ~(jnp.isfinite(out.critic) & jnp.isfinite(out.actor)) | ~(out.max_abs_reward < HUGE_REWARD)
         failed = state.failed | bad
         # A failed run keeps its last good parameters (frozen); only its key moves on.
-        new = jax.tree.map(lambda old, fresh: jnp.where(failed, old, fresh), state, new)
+        new = _select(failed, state, new)
         return new.replace(failed=failed, key=key), (out.critic, out.actor)
 
     def reinitialise(state: TrainState) -> TrainState:
@@ -279,7 +290,7 @@ def make_learner(config: TrainConfig, env, env_params: EnvParams) -> Learner:
         if config.reinit_every:
             due = (state.epoch > 0) & (state.epoch % config.reinit_every == 0) & ~state.failed
             fresh = reinitialise(state)
-            state = jax.tree.map(lambda f, s: jnp.where(due, f, s), fresh, state)
+            state = _select(due, fresh, state)
         key, k_roll = jax.random.split(state.key)
         start = Rollout(state.env_state, state.obs, state.carry, state.reset)
         rollout, traj, (prev_view, view) = acting.collect(state.actor, start, k_roll,
@@ -301,7 +312,7 @@ def make_learner(config: TrainConfig, env, env_params: EnvParams) -> Learner:
         warm-up, whose updates are discarded.
         """
         random_actions = stored.epoch < config.warmup_epochs
-        state = jax.tree.map(lambda w, t: jnp.where(random_actions, w, t), stored, trained)
+        state = _select(random_actions, stored, trained)
         progress = collected.view.progress - collected.prev_view.progress
         c_loss, a_loss = (jnp.where(random_actions, 0.0, jnp.mean(x)) for x in losses)
         metrics = Metrics(reward=jnp.mean(jnp.asarray(rewards, jnp.float32)), progress=jnp.mean(progress),
