@@ -72,7 +72,8 @@ def clip_returns(bank: RewardBank, clips: Clip, params: jax.Array | None = None,
 
     Args:
         clips: a Clip with leading axis P (views [P, T + 1], actions [P, T], valid [P, T]).
-        params: f32[N, W] candidate weights (None: the defaults).
+        params: f32[N, W] candidate weights (None: the defaults), or f32[P, N, W]: weights per clip
+            (a gradient w.r.t. them is every clip's own gradient, in one reverse pass).
         mode: "mean" reward per valid step (the default: clips that end early are not
             favoured or penalised for their length), "sum", or "discounted" (sum of
             discount^t r_t over valid steps).
@@ -82,8 +83,9 @@ def clip_returns(bank: RewardBank, clips: Clip, params: jax.Array | None = None,
     params = bank.default_params() if params is None else params
     prev = jax.tree.map(lambda x: x[:, :-1], clips.views)
     curr = jax.tree.map(lambda x: x[:, 1:], clips.views)
-    per_step = jax.vmap(jax.vmap(lambda p, a, c: bank.evaluate_all(p, a, c, params)[0]))
-    rewards = per_step(prev, clips.actions, curr)  # [P, T, N]
+    over_steps = jax.vmap(lambda p, a, c, w: bank.evaluate_all(p, a, c, w)[0], in_axes=(0, 0, 0, None))
+    per_step = jax.vmap(over_steps, in_axes=(0, 0, 0, 0 if params.ndim == 3 else None))
+    rewards = per_step(prev, clips.actions, curr, params)  # [P, T, N]
     valid = clips.valid.astype(jnp.float32)
     if mode == "discounted":
         valid = valid * discount ** jnp.arange(valid.shape[-1], dtype=jnp.float32)
@@ -101,7 +103,8 @@ def tac(bank: RewardBank, clips_first: Clip, clips_second: Clip, labels: jax.Arr
     Args:
         clips_first, clips_second: Clips with leading axis P.
         labels: f32[P] in {+1, -1, 0} (NaN ignored).
-        params: f32[N, W] candidate weights (None: the defaults).
+        params: f32[N, W] candidate weights (None: the defaults), or f32[P, N, W]: weights per clip
+            (a gradient w.r.t. them is every clip's own gradient, in one reverse pass).
     """
     returns_first = clip_returns(bank, clips_first, params, mode=mode, discount=discount)
     returns_second = clip_returns(bank, clips_second, params, mode=mode, discount=discount)

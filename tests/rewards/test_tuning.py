@@ -149,6 +149,32 @@ def test_the_linearity_check_is_relative_to_each_candidates_scale_of_returns(pro
     assert holds.tolist() == [True, False, False]
 
 
+def test_the_jacobian_is_jacrevs_and_its_memory_grows_linearly_with_the_clips(programs):
+    import jax
+    import jax.numpy as jnp
+
+    from jaxrace.rewards import RewardBank
+    from jaxrace.rewards.tac import clip_returns
+    from jaxrace.rewards.tuning import _returns_and_jacobian
+
+    bank = RewardBank.from_compiled(list(programs))
+    first, _, _ = racing_clips(pairs=12)
+    defaults = bank.default_params()
+    probes = jnp.stack([defaults * 1.5, defaults * 0.5])
+    _, jacobian, _ = _returns_and_jacobian(bank, first, defaults, probes)
+    for i in range(bank.num_rewards):
+        want = jax.jacrev(lambda w, i=i: clip_returns(bank, first, defaults.at[i].set(w))[i])(defaults[i])
+        np.testing.assert_allclose(jacobian[i], want, rtol=1e-5, atol=1e-6 * float(jnp.abs(want).max()))
+
+    def temp_bytes(pairs):
+        clips, _, _ = racing_clips(pairs=pairs, steps=50)
+        compiled = _returns_and_jacobian.lower(bank, clips, defaults, probes).compile()
+        return compiled.memory_analysis().temp_size_in_bytes
+
+    # jacrev's K reverse passes over K clips grew as K^2 (70 GB at 800 clips of 150 steps)
+    assert temp_bytes(400) < 2.5 * temp_bytes(200)
+
+
 def test_tune_finds_the_weight_an_llm_got_wrong_and_guards_the_rest(programs):
     from jaxrace.rewards import RewardBank
     from jaxrace.rewards.tuning import tune
