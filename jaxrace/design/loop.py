@@ -14,6 +14,7 @@ Stages, each writing its files to the run directory before it is marked finished
     iter{k}/tune              (tune_weights) the best program's weights fitted to every stored
                               preference; the tuned program joins the next iteration
     final/train, final/race   the winner and the library rewards on a longer, equal budget
+    final/trial               each final agent alone for two laps: its lap against the reference
     report                    report.html
 
 Keys come from the config's seed folded with the stage's name, so a resumed stage draws
@@ -75,6 +76,8 @@ class Envs:
     race_steps: int
     clip_steps: int
     ref_lap: float
+    trial_params: object  # for race_env: no opponent taking part, two laps (the time trial)
+    trial_steps: int
 
     def race_fields(self, key: jax.Array, races: int):
         """Race params with a leading race axis: each race its own field (`jaxrace.envs.race_fields`)."""
@@ -112,10 +115,14 @@ class Envs:
         race_env, race_params = jaxrace.make(track=config.track, num_opponents=config.opponents,
                                              laps=config.race_laps, start="grid_back", pixels=pixels)
         race_params = field(race_env, race_params)
+        _, trial_params = jaxrace.make(track=config.track, num_opponents=config.opponents, laps=2,
+                                       start="grid_back", num_active_opponents=0, pixels=pixels)
+        trial_params = field(race_env, trial_params)
         dt = race_env.static.dt
         steps = math.ceil(config.race_laps * ref_lap / config.ai_skill * 1.3 / dt)
         clip_steps = min(max(1, round(config.clip_seconds / dt)), steps)
-        return cls(train_env, train_params, race_env, race_params, steps, clip_steps, ref_lap)
+        return cls(train_env, train_params, race_env, race_params, steps, clip_steps, ref_lap, trial_params,
+                   math.ceil(2.3 * ref_lap / dt))
 
 
 def _start_sandbox_in_background() -> None:
@@ -245,6 +252,7 @@ class Loop:
         self.last_iteration = k - 1
         self.stage("final/train", self.train, "final")
         self.stage("final/race", self.race, "final")
+        self.stage("final/trial", self.time_trial)
         from jaxrace.design.report import write_report
 
         with self._stage("report"):
@@ -637,6 +645,22 @@ class Loop:
                                 jax.tree.map(lambda x: x[np.asarray(ok, int)], ev.states),
                                 ev.actions[np.asarray(ok, int)], same_race=True) if ok else {}
         self.run.write_json(f"{d}/race/clips.json", {f"{a}/{b}/{s}": v for (a, b, s), v in ids.items()})
+
+    def time_trial(self) -> None:
+        """Each final agent alone for two laps from a standing start (the races' laps are in traffic)."""
+        from jaxrace.agents.selection import assess
+
+        e = self.envs
+        names, folder = self._runs("final")
+        trainer = self._trainer("final", self._bank(folder, names))
+        runs = self.run.read_json("final/train/curves.json")["runs"]
+        actors = self._actors("final", trainer, len(runs))
+        with self.display.task(f"final/trial: {len(runs)} runs alone for 2 laps", total=None):
+            results = assess(trainer, actors, e.ref_lap, stage_key(self.config, "final/trial"), tt_env=e.race_env,
+                             tt_params=e.trial_params, tt_steps=e.trial_steps)
+        self.run.write_json("final/trial.json", {
+            "runs": runs, "reference_lap": e.ref_lap,
+            "trials": [{"best_lap": a.lap, "lap_gap_percent": a.lap_gap, "course_outs": a.lap_outs} for a in results]})
 
     def _component_stats(self, bank, ev, runs, names) -> list[dict]:
         """Per run: each component of its own reward over its races (min, mean, max, share, samples)."""

@@ -267,6 +267,15 @@ def _judged(run: RunDir, records: list[dict], limit: int = 40) -> str:
             + _table(["first", "second", "clip", "verdict", "judge", "rationale"], rows) + more)
 
 
+def _trial_cell(trial: dict, name: str) -> str:
+    """The candidate's time trial (alone, two laps): its best lap over its seeds against the reference."""
+    mine = [t for r, t in zip(trial["runs"], trial["trials"], strict=True) if r["candidate"] == name]
+    laps = [t["best_lap"] for t in mine if t["best_lap"] is not None]
+    outs = sum(t["course_outs"] for t in mine)
+    lap = f"{min(laps):.2f} s ({100 * (min(laps) / trial['reference_lap'] - 1):+.1f}%)" if laps else "no full lap"
+    return f"{lap}, {outs} out{'s' if outs != 1 else ''}"
+
+
 def _final(run: RunDir) -> str:
     if not run.exists("final/race/metrics.json"):
         return '<h2 id="final">Final agent</h2><p class="note">not run yet</p>'
@@ -275,17 +284,20 @@ def _final(run: RunDir) -> str:
     metrics = run.read_json("final/race/metrics.json")
     runs = metrics["runs"]
     names = list(dict.fromkeys(r["candidate"] for r in runs))
+    trial = run.read_json("final/trial.json") if run.exists("final/trial.json") else None
     rows = []
     for name in names:
         s = race_summary([m for r, m in zip(runs, metrics["races"], strict=True) if r["candidate"] == name])
-        rows.append([_e(name), *_race_cells(s), _num(s["finished"], "{:.0%}")])
+        rows.append([_e(name), *_race_cells(s), _num(s["finished"], "{:.0%}")]
+                    + ([_trial_cell(trial, name)] if trial else []))
     ref = metrics.get("reference_lap")
     out = ['<h2 id="final">Final agent against the library rewards</h2>',
            f"<p>The winner (first, when an iteration produced one) and the library rewards, trained on the same "
            f"budget and raced "
            f"{len(metrics['races'][0])} times each from the back of the grid against the built-in AI"
            + (f" (reference lap {ref:.2f} s)" if ref else "") + ".</p>",
-           _table(["reward", *RACE_HEADER, "finished"], rows,
+           _table(["reward", *RACE_HEADER, "finished", *(["time trial: best lap, course-outs"] if trial else [])],
+                  rows,
                   ["" if names[0] in LIBRARY_BASELINES else "best"] + [""] * (len(rows) - 1))]
     if run.exists("final/train/kept.json"):
         kept = run.read_json("final/train/kept.json")

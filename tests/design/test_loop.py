@@ -35,8 +35,9 @@ clips_per_race = 2
 bootstrap_races = 4
 tac_min_preferences = 5
 """
-STAGES = ["bootstrap"] + [f"iter{k}/{s}" for k in (1, 2) for s in ("generate", "select", "train", "race", "judge",
-                                                                     "rank")] + ["final/train", "final/race", "report"]
+ITERATION = ("generate", "select", "train", "race", "judge", "rank")
+STAGES = (["bootstrap"] + [f"iter{k}/{s}" for k in (1, 2) for s in ITERATION]
+          + ["final/train", "final/race", "final/trial", "report"])
 RUN_TIMEOUT_S = 600
 
 
@@ -103,6 +104,15 @@ def test_every_stage_writes_its_files(finished):
         best = max(kept["judged"], key=lambda j, r=r: j["task_score"][r])
         assert epoch == best["epoch"] and kept["task_score"][r] == best["task_score"][r]
     assert "Kept: " in (run / "report.html").read_text()
+    # Each final agent's time trial: alone for two laps, its best lap (if it completed one) against the reference.
+    trial = json.loads((run / "final" / "trial.json").read_text())
+    assert trial["runs"] == final["runs"] and trial["reference_lap"] == final["reference_lap"]
+    for t in trial["trials"]:
+        assert isinstance(t["course_outs"], int) and t["course_outs"] >= 0
+        assert (t["best_lap"] is None) == (t["lap_gap_percent"] is None)
+        if t["best_lap"] is not None:
+            assert t["lap_gap_percent"] == pytest.approx(100 * (t["best_lap"] / trial["reference_lap"] - 1))
+    assert "time trial: best lap, course-outs" in (run / "report.html").read_text()
 
 
 def test_the_store_holds_every_clip_and_verdict(finished):
