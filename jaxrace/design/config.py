@@ -167,11 +167,13 @@ PRESETS = {
     # 2 CPU cores, at most 10 minutes end to end.
     "quick": DesignConfig(),
     # 2 CPU cores, at most 60 minutes: the headline experiment's loop.
+    # Training as issue 16's reference recipe (32 envs, 16 updates of 256 per epoch): 256,000 env steps
+    # per candidate per iteration, 2,048,000 for each agent of the final job.
     "standard": DesignConfig(preset="standard", track="gp", opponents=7, iterations=3, m=6, n=4, hidden=128,
-                             updates_per_epoch=16, batch_size=256, replay_size=200_000, epochs=600,
-                             chunk_epochs=100, final_epochs=3000, race_laps=2, eval_races=3, final_races=20,
-                             clip_seconds=15.0, clips_per_race=3, judge_beta=2.0, judge_mistake=0.1,
-                             tac_min_preferences=40, bootstrap_races=16, tune_weights="grad"),
+                             num_envs=32, updates_per_epoch=16, batch_size=256, replay_size=300_000, epochs=1000,
+                             chunk_epochs=100, final_epochs=8000, keep_best_every=4, select_races=8, race_laps=2,
+                             eval_races=3, final_races=20, clip_seconds=15.0, clips_per_race=3, judge_beta=2.0,
+                             judge_mistake=0.1, tac_min_preferences=40, bootstrap_races=16, tune_weights="grad"),
     # The papers' settings, meant for a GPU: pixel actor with a GRU, asymmetric critic.
     "paper": DesignConfig(preset="paper", track="gp", opponents=7, iterations=4, m=10, n=5, seeds=2,
                           actor_input="pixels", recurrent=True, hidden=256, num_envs=64, updates_per_epoch=32,
