@@ -1,0 +1,110 @@
+"""When and how the final agents of a design run cause contacts: the start, a corner, a pass?
+
+Usage: python experiments/contact_anatomy.py [--run-dir runs/design_clean_racing] [--tag TAG]
+
+Reruns a finished run's final races exactly (the same fields and keys as its `final/race`
+stage; the race counts are checked against `final/race/metrics.json`), then, for each
+final agent, takes every onset of an at-fault contact (the ego car runs into the back of
+another car) and records: the seconds since the start, the lap, the ego car's place
+before it, its speed, how fast it was closing on the car ahead over the second before
+(from `gap_ahead`), and its pedal (throttle_brake) over that second. Prints the onsets
+by phase of the race and by closing speed, per agent; writes
+results/contact_anatomy.json (`--tag` adds a suffix).
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import jax
+import numpy as np
+from common import print_table, write_results
+
+from jaxrace.design.loop import Loop, stage_key
+from jaxrace.design.progress import Display
+from jaxrace.design.rundir import RunDir
+
+PHASES = ((0.0, 10.0, "first 10 s"), (10.0, 30.0, "10-30 s"), (30.0, 1e9, "after 30 s"))
+LOOKBACK = 10  # agent steps (1 s at 10 Hz)
+
+
+def onsets(flag: np.ndarray) -> np.ndarray:
+    """Indices t where flag[t] is True and flag[t - 1] was not (flag[-1] counts as False)."""
+    f = flag.astype(bool)
+    return np.flatnonzero(f & ~np.concatenate([[False], f[:-1]]))
+
+
+def anatomy(view, actions: np.ndarray, dt: float) -> list[dict]:
+    """Every at-fault onset of one race: `view` holds [T + 1] arrays, `actions` f32[T, 2]."""
+    hits = np.asarray(view.hit_other_from_behind)
+    out = []
+    for t in onsets(hits):
+        t0 = max(t - LOOKBACK, 0)
+        gap = np.asarray(view.gap_ahead)
+        closing = (gap[t0] - gap[t - 1]) / max((t - 1 - t0) * dt, dt) if t >= 2 else float("nan")
+        pedal = actions[t0:t, 1] if t > 0 else actions[:1, 1]
+        out.append({"time": float(np.asarray(view.time)[t]), "lap": int(np.asarray(view.laps)[t]),
+                    "rank_before": int(np.asarray(view.rank)[max(t - 1, 0)]),
+                    "speed": float(np.asarray(view.speed)[t - 1 if t else 0]),
+                    "closing_speed": float(closing), "mean_pedal": float(np.mean(pedal)),
+                    "braked": bool(np.min(pedal) < -0.1)})
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--run-dir", default="runs/design_clean_racing")
+    ap.add_argument("--tag", default="")
+    args = ap.parse_args()
+
+    from jaxrace.agents.evaluation import evaluate
+
+    run = RunDir(args.run_dir)
+    config = run.config()
+    loop = Loop(config, run, Display(quiet=True))
+    e = loop.envs
+    names, folder = loop._runs("final")
+    trainer = loop._trainer("final", loop._bank(folder, names))
+    stored = run.read_json("final/race/metrics.json")
+    runs = stored["runs"]
+    actors = loop._actors("final", trainer, len(runs))
+    k_field, k_race = jax.random.split(stage_key(config, "final/race"))
+    ev = evaluate(trainer, actors, e.race_env, e.race_fields(k_field, config.final_races), k_race, e.race_steps,
+                  num_races=config.final_races, params_per_race=True)
+    for r in range(len(runs)):
+        again = [m.collisions_at_fault for m in ev.metrics[r]]
+        before = [m["collisions_at_fault"] for m in stored["races"][r]]
+        if again != before:
+            raise SystemExit(f"run {runs[r]['candidate']}: the rerun's at-fault counts {again} differ from the "
+                             f"stored {before}: the races were not reproduced")
+    dt = float(e.race_env.static.dt)
+    table, rows = [], []
+    for r, info in enumerate(runs):
+        events = []
+        for i in range(config.final_races):
+            view = jax.tree.map(lambda x, r=r, i=i: np.asarray(x[r, i]), ev.states.view)
+            for ev_ in anatomy(view, np.asarray(ev.actions[r, i]), dt):
+                events.append({"race": i, **ev_})
+        per_phase = {label: sum(lo <= x["time"] < hi for x in events) for lo, hi, label in PHASES}
+        closing = np.array([x["closing_speed"] for x in events]) if events else np.zeros(0)
+        row = {"candidate": info["candidate"], "seed": info["seed"], "races": config.final_races,
+               "at_fault_onsets": len(events), **{f"onsets {k}": v for k, v in per_phase.items()},
+               "median_closing_speed": float(np.nanmedian(closing)) if events else None,
+               "share_braked_in_last_second": float(np.mean([x["braked"] for x in events])) if events else None,
+               "share_in_first_place_or_second": float(np.mean([x["rank_before"] <= 2 for x in events]))
+               if events else None, "events": events}
+        rows.append(row)
+        table.append([info["candidate"], len(events), *per_phase.values(),
+                      f"{row['median_closing_speed']:.1f}" if events else "-",
+                      f"{row['share_braked_in_last_second']:.0%}" if events else "-",
+                      f"{row['share_in_first_place_or_second']:.0%}" if events else "-"])
+    print(f"{args.run_dir}: {config.final_races} races from P{config.opponents + 1}, AI skill {config.ai_skill}")
+    print_table(["agent", "at-fault onsets", *[p[2] for p in PHASES], "median closing speed before (m/s)",
+                 "braked in the second before", "while 1st or 2nd"], table)
+    path = write_results(__file__ if not args.tag else f"{Path(__file__).stem}-{args.tag}", rows)
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
