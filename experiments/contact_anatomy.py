@@ -15,31 +15,28 @@ results/contact_anatomy.json (`--tag` adds a suffix).
 from __future__ import annotations
 
 import argparse
+import re
 from pathlib import Path
 
 import jax
 import numpy as np
 from common import print_table, write_results
 
-from jaxrace.design.loop import Loop, stage_key
+from jaxrace.design.loop import Loop, centre_line, stage_key
 from jaxrace.design.progress import Display
+from jaxrace.design.report import INCIDENT_STYLE, svg_incident_map
 from jaxrace.design.rundir import RunDir
+from jaxrace.envs.rollouts import onset_steps
 
 PHASES = ((0.0, 10.0, "first 10 s"), (10.0, 30.0, "10-30 s"), (30.0, 1e9, "after 30 s"))
 LOOKBACK = 10  # agent steps (1 s at 10 Hz)
-
-
-def onsets(flag: np.ndarray) -> np.ndarray:
-    """Indices t where flag[t] is True and flag[t - 1] was not (flag[-1] counts as False)."""
-    f = flag.astype(bool)
-    return np.flatnonzero(f & ~np.concatenate([[False], f[:-1]]))
 
 
 def anatomy(view, actions: np.ndarray, dt: float) -> list[dict]:
     """Every at-fault onset of one race: `view` holds [T + 1] arrays, `actions` f32[T, 2]."""
     hits = np.asarray(view.hit_other_from_behind)
     out = []
-    for t in onsets(hits):
+    for t in onset_steps(hits):
         t0 = max(t - LOOKBACK, 0)
         gap = np.asarray(view.gap_ahead)
         closing = (gap[t0] - gap[t - 1]) / max((t - 1 - t0) * dt, dt) if t >= 2 else float("nan")
@@ -52,10 +49,31 @@ def anatomy(view, actions: np.ndarray, dt: float) -> list[dict]:
     return out
 
 
+def draw(path: str, names: list[str], metrics, track: dict, size: int = 300) -> None:
+    """The report's incident maps of each agent side by side, each titled, in one SVG file."""
+    parts, height = [], 0
+    for k, (name, races) in enumerate(zip(names, metrics, strict=True)):
+        found = [i for m in races for i in m.incidents]
+        counts = ", ".join(f"{sum(i['kind'] == kind for i in found)} {label}s"
+                           for kind, (_, label) in INCIDENT_STYLE.items())
+        drawn = svg_incident_map(track["xy"], track["width"], found, size=size)
+        height = max(height, int(re.search(r'height="(\d+)"', drawn).group(1)))
+        parts.append(f'<g transform="translate({k * (size + 20)},0)"><text x="4" y="14" font-size="13" '
+                     f'font-weight="bold">{name}</text><text x="4" y="30" font-size="11">{counts}</text>'
+                     f'<g transform="translate(0,36)">{drawn}</g></g>')
+    legend = " ".join(f'<tspan fill="{color}">&#9679; {label}</tspan>' for color, label in INCIDENT_STYLE.values())
+    width = len(names) * (size + 20)
+    Path(path).write_text(f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height + 60}" '
+                          f'font-family="sans-serif"><rect width="100%" height="100%" fill="white"/>{"".join(parts)}'
+                          f'<text x="4" y="{height + 52}" font-size="11">{legend} (o: the start line)</text></svg>\n')
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--run-dir", default="runs/design_clean_racing")
     ap.add_argument("--tag", default="")
+    ap.add_argument("--svg", default=None, help="also draw every agent's incidents on the circuit, as the report "
+                    "does, into this SVG file")
     args = ap.parse_args()
 
     from jaxrace.agents.evaluation import evaluate
@@ -102,6 +120,9 @@ def main() -> None:
     print(f"{args.run_dir}: {config.final_races} races from P{config.opponents + 1}, AI skill {config.ai_skill}")
     print_table(["agent", "at-fault onsets", *[p[2] for p in PHASES], "median closing speed before (m/s)",
                  "braked in the second before", "while 1st or 2nd"], table)
+    if args.svg:
+        draw(args.svg, [info["candidate"] for info in runs], ev.metrics, centre_line(e.race_params))
+        print(f"wrote {args.svg}")
     path = write_results(__file__ if not args.tag else f"{Path(__file__).stem}-{args.tag}", rows)
     print(f"wrote {path}")
 

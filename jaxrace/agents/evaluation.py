@@ -15,7 +15,7 @@ from typing import NamedTuple
 import jax
 import numpy as np
 
-from jaxrace.envs.rollouts import count_onsets, race_record, summarise, trajectory_with_actions
+from jaxrace.envs.rollouts import count_onsets, onset_steps, race_record, summarise, trajectory_with_actions
 
 
 @dataclasses.dataclass
@@ -36,6 +36,22 @@ class RaceMetrics:
     side_contacts: int
     course_outs: int
     wall_hits: int
+    # each onset of an at-fault contact, a course-out or a wall hit, in time order:
+    # {"kind": "at_fault" | "course_out" | "wall", "time": s, "lap": laps completed, "x": m, "y": m}
+    incidents: list[dict]
+
+
+INCIDENT_FLAGS = {"at_fault": "hit_other_from_behind", "course_out": "off_course", "wall": "wall_contact"}
+
+
+def incidents(record, states, car: int = 0) -> list[dict]:
+    """Where and when a car's incidents began: one race's RaceRecord and EnvState, leading axis T + 1."""
+    x, y = np.asarray(states.cars.body.x[:, car]), np.asarray(states.cars.body.y[:, car])
+    time, laps = np.asarray(states.time), np.asarray(record.laps[:, car])
+    out = [{"kind": kind, "time": round(float(time[t]), 2), "lap": int(laps[t]), "x": round(float(x[t]), 1),
+            "y": round(float(y[t]), 1)}
+           for kind, flag in INCIDENT_FLAGS.items() for t in onset_steps(getattr(record, flag)[:, car])]
+    return sorted(out, key=lambda i: i["time"])
 
 
 def race_metrics(states, params) -> RaceMetrics:
@@ -63,6 +79,7 @@ def race_metrics(states, params) -> RaceMetrics:
         collisions_not_at_fault=count_onsets(record.hit_from_behind[:, 0]),
         side_contacts=count_onsets(record.side_contact[:, 0]),
         course_outs=count_onsets(record.off_course[:, 0]), wall_hits=count_onsets(record.wall_contact[:, 0]),
+        incidents=incidents(record, states),
     )
 
 

@@ -637,6 +637,7 @@ class Loop:
         self.run.write_json(f"{d}/race/metrics.json", {"runs": runs, "races": metrics, "reference_lap": e.ref_lap})
         self.run.write_json(f"{d}/race/components.json", self._component_stats(bank, ev, runs, names))
         if k == "final":
+            self.run.write_json(f"{d}/race/track.json", centre_line(e.race_params))
             self._videos(d, [(r["candidate"], ri, 0, 0) for ri, r in enumerate(runs) if r["seed"] == 0],
                          ev.states, seconds=min(30.0, e.race_steps * e.race_env.static.dt))
             return
@@ -925,6 +926,22 @@ class Loop:
         reference_lap = self.run.read_json(f"{d}/race/metrics.json")["reference_lap"]
         return feedback_text(IterationSummary(k, cands, reference_lap=reference_lap, person=person),
                              max_chars=self.config.llm_max_prompt_chars // 2)
+
+
+def centre_line(params, points: int = 500) -> dict:
+    """{"xy": [[x, y], ...] m, at most `points` of the centre line; "width": its mean width, m}.
+
+    Of the first track when `params` holds stacked tracks (the loop races on one).
+    """
+    def first(a, trailing: int):  # a stacked Track has a leading track axis
+        a = np.asarray(a)
+        return a.reshape((-1,) + a.shape[a.ndim - trailing:])[0]
+
+    tracks = params.tracks
+    xy = first(tracks.xy, 2)
+    width = first(tracks.width_left, 1) + first(tracks.width_right, 1)
+    step = max(1, -(-len(xy) // points))
+    return {"xy": np.round(xy[::step], 1).tolist(), "width": round(float(np.mean(width)), 2)}
 
 
 def race_summary(races_per_run: list[list[dict]]) -> dict:

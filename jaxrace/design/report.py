@@ -10,6 +10,7 @@ import difflib
 import html
 import itertools
 import json
+import math
 from collections import Counter
 from pathlib import Path
 
@@ -103,6 +104,61 @@ def svg_error_bars(names: list[str], values: list[float], errors: list[float], *
         parts.append(f'<circle cx="{x(v):.1f}" cy="{y}" r="4" fill="{COLORS[0]}"/>')
     parts.append("</svg>")
     return "".join(parts)
+
+
+INCIDENT_STYLE = {"at_fault": ("#d62728", "at-fault contact"), "course_out": ("#ff7f0e", "course-out"),
+                  "wall": ("#9467bd", "wall hit")}
+
+
+def svg_incident_map(xy: list[list[float]], track_width: float, incidents: list[dict], *, size=300) -> str:
+    """The circuit from above (centre line `xy`, m) with a dot where each incident began."""
+    pts = [(float(p[0]), float(p[1])) for p in xy if len(p) == 2 and math.isfinite(p[0]) and math.isfinite(p[1])]
+    if len(pts) < 2:
+        return '<p class="note">no track</p>'
+    marks = [(i.get("kind"), float(i["x"]), float(i["y"])) for i in incidents]  # the JSON may hold "nan"
+    marks = [m for m in marks if math.isfinite(m[1]) and math.isfinite(m[2])]
+    xs, ys = [p[0] for p in pts] + [m[1] for m in marks], [p[1] for p in pts] + [m[2] for m in marks]
+    pad = 8
+    scale = (size - 2 * pad) / max(max(xs) - min(xs), max(ys) - min(ys), 1e-6)
+
+    def at(x, y):  # SVG's y grows downwards
+        return f"{pad + (x - min(xs)) * scale:.1f}", f"{pad + (max(ys) - y) * scale:.1f}"
+
+    line = " ".join(",".join(at(x, y)) for x, y in pts)
+    height = round(2 * pad + (max(ys) - min(ys)) * scale) + 1
+    parts = [f'<svg width="{size}" height="{height}" xmlns="http://www.w3.org/2000/svg">',
+             f'<polygon points="{line}" fill="none" stroke="#ccc" stroke-linejoin="round" '
+             f'stroke-width="{max(2.0, track_width * scale):.1f}"/>']
+    sx, sy = at(*pts[0])
+    parts.append(f'<circle cx="{sx}" cy="{sy}" r="4" fill="none" stroke="#222"/>')  # the start line
+    for kind, x, y in marks:
+        color = INCIDENT_STYLE.get(kind, ("#333", ""))[0]
+        cx, cy = at(x, y)
+        parts.append(f'<circle cx="{cx}" cy="{cy}" r="3" fill="{color}" fill-opacity="0.6"/>')
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def _incidents(run: RunDir, names: list[str], runs: list[dict], races: list[list[dict]]) -> str:
+    """Per final agent: a map of where its incidents began over all its races, and when."""
+    if not run.exists("final/race/track.json") or not all("incidents" in m for r in races for m in r):
+        return ""
+    track = run.read_json("final/race/track.json")
+    figures = []
+    for name in names:
+        own = [m for r, per_run in zip(runs, races, strict=True) if r["candidate"] == name for m in per_run]
+        found = [i for m in own for i in m["incidents"]]
+        counts = []
+        for kind, (color, label) in INCIDENT_STYLE.items():
+            of_kind = [i for i in found if i["kind"] == kind]
+            first_lap = sum(i["lap"] == 0 for i in of_kind)
+            counts.append(f'<span style="color:{color}">&#9679;</span> {len(of_kind)} {label}'
+                          + ("" if len(of_kind) == 1 else "s")
+                          + (f" ({first_lap} on the first lap)" if of_kind else ""))
+        figures.append('<figure style="width:300px">' + svg_incident_map(track["xy"], track["width"], found)
+                       + f"<figcaption><b>{_e(name)}</b>, {len(own)} races: {', '.join(counts)}</figcaption></figure>")
+    return ('<h3>Where the incidents began</h3><p class="note">Every race of each final agent; the open circle is '
+            f'the start line.</p><div class="videos">{"".join(figures)}</div>')
 
 
 def _diff(old: str, new: str) -> str:
@@ -298,7 +354,8 @@ def _final(run: RunDir) -> str:
            + (f" (reference lap {ref:.2f} s)" if ref else "") + ".</p>",
            _table(["reward", *RACE_HEADER, "finished", *(["time trial: best lap, course-outs"] if trial else [])],
                   rows,
-                  ["" if names[0] in LIBRARY_BASELINES else "best"] + [""] * (len(rows) - 1))]
+                  ["" if names[0] in LIBRARY_BASELINES else "best"] + [""] * (len(rows) - 1)),
+           _incidents(run, names, runs, metrics["races"])]
     if run.exists("final/train/kept.json"):
         kept = run.read_json("final/train/kept.json")
         chosen = ", ".join(f"{_e(r['candidate'])} (seed {r['seed']}): epoch {epoch}" for r, epoch in

@@ -127,9 +127,17 @@ class RaceSummary:
 
 
 def count_onsets(flag: np.ndarray) -> int:
-    """Number of False -> True transitions along axis 0, summed."""
+    """Number of False -> True transitions along axis 0, summed (a True first entry counts)."""
     f = flag.astype(np.int8)
     return int(np.sum(np.diff(f, axis=0, prepend=0) == 1))
+
+
+def onset_steps(flag: np.ndarray) -> np.ndarray:
+    """i64[K]: the indices of a 1-D flag's False -> True transitions, as `count_onsets` counts them."""
+    f = np.asarray(flag).astype(np.int8)
+    if f.ndim != 1:
+        raise ValueError(f"onset_steps takes a 1-D flag, got shape {f.shape}")
+    return np.flatnonzero(np.diff(f, prepend=0) == 1)
 
 
 def summarise(record: RaceRecord, race_laps: int | None = None) -> RaceSummary:

@@ -225,6 +225,29 @@ def test_evaluation_races_every_run_and_reports_metrics(setup, trainer):
     assert result.positions_gained == result.start_position - result.finishing_position
 
 
+def test_race_metrics_place_each_incident_where_and_when_it_began():
+    """Straight ahead at full throttle from the back of the grid: into the car ahead, off the course, the wall."""
+    from jaxrace.agents.evaluation import race_metrics
+    from jaxrace.envs.rollouts import race_record, trajectory_with_actions
+
+    env, params = jaxrace.make(track="oval", num_opponents=3, laps=1)
+    states, _ = jax.jit(lambda k: trajectory_with_actions(env, params, k, 300, policy=lambda obs: jnp.array(
+        [0.0, 1.0])))(jax.random.key(6))
+    result = race_metrics(states, params)
+    kinds = [i["kind"] for i in result.incidents]
+    assert kinds == ["at_fault", "course_out", "wall", "wall"]
+    assert (kinds.count("at_fault"), kinds.count("course_out"), kinds.count("wall")) == (
+        result.collisions_at_fault, result.course_outs, result.wall_hits)
+    record = jax.vmap(lambda s: race_record(s, params))(states)
+    flags = {"at_fault": record.hit_other_from_behind, "course_out": record.off_course, "wall": record.wall_contact}
+    for i in result.incidents:
+        t = int(np.argmin(np.abs(np.asarray(states.time) - i["time"])))
+        assert t > 0 and i["lap"] == 0 and i["time"] == pytest.approx(float(states.time[t]), abs=0.006)
+        assert (i["x"], i["y"]) == pytest.approx((float(states.cars.body.x[t, 0]), float(states.cars.body.y[t, 0])),
+                                                 abs=0.06)
+        assert bool(flags[i["kind"]][t, 0]) and not bool(flags[i["kind"]][t - 1, 0])  # where the incident began
+
+
 def test_hparams_can_differ_per_run_and_bad_lengths_are_rejected(trainer):
     sweep = HParams(critic_lr=jnp.array([3e-4, 0.0]))  # run 1's critic never moves
     state, _, _ = train_many(trainer, jax.random.key(7), [0], seeds_per_reward=2, hparams=sweep, chunk_epochs=2)

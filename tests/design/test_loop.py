@@ -113,6 +113,16 @@ def test_every_stage_writes_its_files(finished):
         if t["best_lap"] is not None:
             assert t["lap_gap_percent"] == pytest.approx(100 * (t["best_lap"] / trial["reference_lap"] - 1))
     assert "time trial: best lap, course-outs" in (run / "report.html").read_text()
+    # Where each final agent's incidents began: as many as counted, and a map of them in the report.
+    for per_run in final["races"]:
+        for m in per_run:
+            kinds = [i["kind"] for i in m["incidents"]]
+            assert (kinds.count("at_fault"), kinds.count("course_out"), kinds.count("wall")) == (
+                m["collisions_at_fault"], m["course_outs"], m["wall_hits"])
+    track = json.loads((run / "final" / "race" / "track.json").read_text())
+    assert 100 <= len(track["xy"]) <= 500 and track["width"] > 5
+    page = (run / "report.html").read_text()
+    assert page.count("<polygon points=") == 3 and "Where the incidents began" in page
 
 
 def test_the_store_holds_every_clip_and_verdict(finished):

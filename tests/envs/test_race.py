@@ -375,3 +375,13 @@ def test_the_env_reads_the_reward_api_without_loading_the_compiler():
             "print(sorted(m for m in sys.modules if m.startswith('jaxrace.rewards')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True)
     assert out.stdout.strip() == "['jaxrace.rewards', 'jaxrace.rewards.api']", out.stdout
+
+
+def test_onset_steps_are_the_transitions_count_onsets_counts():
+    from jaxrace.envs.rollouts import count_onsets, onset_steps
+
+    flag = np.array([True, True, False, True, False, False, True, True])
+    np.testing.assert_array_equal(onset_steps(flag), [0, 3, 6])
+    assert count_onsets(flag) == 3 and onset_steps(np.zeros(4, bool)).size == 0
+    with pytest.raises(ValueError, match="1-D flag"):
+        onset_steps(np.zeros((3, 2), bool))
