@@ -46,7 +46,7 @@ def _measure(source: str) -> dict:
     one = [build._one(x, slice(0, 1)) for x in (prev, action, curr)]
     weights = np.ones((len(build.check_policy(build.parse_program(source)).params),), np.float32)
     variants = (
-        lambda w, t, o: (call(w, *t), call(w, *o), jax.grad(lambda v: call(v, *o)[0].sum())(w)),
+        build.validation_function(call),
         lambda w, t, o: (call(w, *t), call(w, *o)),
         lambda w, t, o: call(w, *t),
     )

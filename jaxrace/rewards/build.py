@@ -255,6 +255,23 @@ def _tile(batch, size: int):
     return jax.tree.map(lambda x: np.resize(np.asarray(x), (size,) + x.shape[1:]), batch)
 
 
+def validation_function(call: Callable) -> Callable:
+    """`(weights, tiled, one) -> (call on tiled, call on one, d sum(total on one) / d weights)`.
+
+    The batch-1 outputs come out of the gradient's own forward pass, so the exported
+    forward is lowered twice (two batch sizes), not three times.
+    """
+    def one_with_gradient(w, one):
+        out = call(w, *one)
+        return out[0].sum(), out
+
+    def both(w, tiled, one):
+        (_, one_out), gradient = jax.value_and_grad(one_with_gradient, has_aux=True)(w, one)
+        return call(w, *tiled), one_out, gradient
+
+    return both
+
+
 def validate_artifact(artifact: RewardArtifact, limits: Limits) -> None:
     """Stage 5b: run the exported artifact as the caller will (see the module docstring).
 
@@ -274,9 +291,7 @@ def validate_artifact(artifact: RewardArtifact, limits: Limits) -> None:
     weights = np.asarray([v for _, v in artifact.params], np.float32)
     names = artifact.component_names
 
-    def both(w, tiled, one):
-        return call(w, *tiled), call(w, *one), jax.grad(lambda v: call(v, *one)[0].sum())(w)
-
+    both = validation_function(call)
     try:
         tiled = [_tile(x, size) for x in (prev, action, curr)]
         one = [_one(x, slice(0, 1)) for x in (prev, action, curr)]
