@@ -16,10 +16,7 @@ import hashlib
 import jax
 import numpy as np
 
-# name: (expression in prev/action/curr, default weight, task words that make it certain).
-# Weights are drawn in [0.3, 3] x the default. The contact terms' defaults are those with
-# which a gt_sophy agent on gp halved its at-fault contacts (README, issue 16's ablation C);
-# from GT Sophy's own 6 and 2 the rear-end weight's draws stopped at 18.
+# name: (expression in prev/action/curr, default weight, task words that make it certain)
 TERMS = {
     "progress": ("curr.progress - prev.progress", 1.0, ()),
     "pace": ("(curr.progress - prev.progress) / jnp.maximum(0.1 * curr.reference_speed, 0.5)", 4.0, ()),
@@ -38,8 +35,8 @@ TERMS = {
     "closing": ("jnp.where((prev.rank == curr.rank) & (curr.gap_ahead < 50.0) & (prev.gap_ahead < 50.0), "
                 "prev.gap_ahead - curr.gap_ahead, 0.0)", 0.2, ("win", "overtake", "pass", "chase")),
     "leading": ("(curr.rank == 1).astype(f32) * (curr.num_cars > 1).astype(f32)", 0.2, ("win", "lead")),
-    "rear_end": ("-curr.hit_other_from_behind.astype(f32)", 30.0, ("clean", "safe", "no contact", "collision")),
-    "contact": ("-(curr.side_contact | curr.hit_from_behind | curr.hit_other_from_behind).astype(f32)", 5.0,
+    "rear_end": ("-curr.hit_other_from_behind.astype(f32)", 6.0, ("clean", "safe", "no contact", "collision")),
+    "contact": ("-(curr.side_contact | curr.hit_from_behind | curr.hit_other_from_behind).astype(f32)", 2.0,
                 ("clean", "safe", "no contact", "collision")),
     "lap_bonus": ("(curr.laps > prev.laps).astype(f32)", 20.0, ("lap",)),
     "finish": ("(curr.finished & ~prev.finished).astype(f32) * (curr.num_cars - curr.rank + 1).astype(f32)", 20.0,
