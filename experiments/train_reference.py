@@ -186,6 +186,9 @@ def main() -> None:
                         help="training starts: random places and speeds round the lap, or the grid")
     parser.add_argument("--grid-prob", type=float, default=0.0,
                         help="with --start random: share of episodes that start standing on the grid")
+    parser.add_argument("--corner-prob", type=float, default=0.0,
+                        help="with --pack-gap: share of traffic episodes whose pack starts in grid formation at "
+                             "speed just before a braking zone (the first corners of a race)")
     parser.add_argument("--envs", type=int, default=16, help="training envs")
     parser.add_argument("--actor", default="state", choices=["state", "pixels"],
                         help="the actor's input: the state vector, or 64x64 pixels through a CNN and a GRU "
@@ -231,6 +234,10 @@ def main() -> None:
     args = parser.parse_args()
     if not 0.0 <= args.grid_prob <= 1.0:
         parser.error(f"--grid-prob must be in [0, 1], got {args.grid_prob}")
+    if not 0.0 <= args.corner_prob <= 1.0:
+        parser.error(f"--corner-prob must be in [0, 1], got {args.corner_prob}")
+    if args.corner_prob and not args.pack_gap:
+        parser.error("--corner-prob needs --pack-gap: only packed traffic starts can start at a corner")
 
     track, track_name = load_track(args.track)
     ref_lap = float(reference_lap_time(track))
@@ -240,6 +247,7 @@ def main() -> None:
                 opponent_frame=args.opponent_frame, pixels=args.actor == "pixels")
     env, params = jaxrace.make(track=track, start=args.start, laps=1000, time_limit=1.6 * ref_lap, **look,
                                terminate_on_course_out=args.terminate_on_course_out, grid_start_prob=args.grid_prob,
+                               corner_start_prob=args.corner_prob,
                                course_out_margin=args.train_course_out_margin)
     params = setup(env, params, SKILL, args.steer_lock_speed)
     num_envs = args.envs

@@ -54,6 +54,9 @@ class DesignConfig:
     # aggression; an episode ends when the car is train_course_out_margin m beyond the edge (the races
     # count a course-out at 1 m), so the policy keeps a margin instead of riding the limit
     grid_start_prob: float = 0.3
+    # share of the other packed traffic starts that begin in grid formation at speed just before a braking
+    # zone, as a race's first corners do (where the headline's at-fault contacts happen)
+    corner_start_prob: float = 0.0
     varied_ai: bool = True
     terminate_on_course_out: bool = True
     train_course_out_margin: float = 0.6
@@ -130,8 +133,9 @@ class DesignConfig:
         for name in ("epochs", "final_epochs"):
             if getattr(self, name) % self.chunk_epochs:
                 problems.append(f"chunk_epochs ({self.chunk_epochs}) must divide {name} ({getattr(self, name)})")
-        if not 0.0 <= self.grid_start_prob <= 1.0:
-            problems.append(f"grid_start_prob must be in [0, 1] (got {self.grid_start_prob})")
+        for name in ("grid_start_prob", "corner_start_prob"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                problems.append(f"{name} must be in [0, 1] (got {getattr(self, name)})")
         if self.opponents > 19:
             problems.append(f"opponents must be at most 19 (got {self.opponents})")
         if not 0.0 < self.ai_skill <= 1.2:

@@ -101,6 +101,7 @@ class Envs:
         train_env, train_params = jaxrace.make(track=config.track, num_opponents=config.opponents, start="random",
                                                laps=1000, time_limit=1.6 * ref_lap, pixels=pixels,
                                                grid_start_prob=config.grid_start_prob,
+                                               corner_start_prob=config.corner_start_prob,
                                                terminate_on_course_out=config.terminate_on_course_out,
                                                course_out_margin=config.train_course_out_margin)
         train_params = field(train_env, train_params)

@@ -33,6 +33,20 @@ from jaxrace.rewards.api import RaceView
 
 __all__ = ["MAX_OPPONENTS", "START_MODES", "EnvParams", "EnvState", "RaceEnv", "StaticParams"]
 
+_GRID_SPACING = 8.0  # m between grid slots (two staggered columns)
+_CORNER_TRIES = 8  # random places a corner start chooses its braking zone from
+_CORNER_LOOKAHEAD = 150.0  # m over which a corner start measures the fall in reference speed
+
+
+def _station_at(ts: TrackSlice, arc: jax.Array) -> jax.Array:
+    """i32[...], the station at `arc` m along the lap (stations are equally spaced)."""
+    return jnp.floor((arc % ts.length) / (ts.length / ts.n)).astype(jnp.int32)
+
+
+def _ref_speed_at(ts: TrackSlice, arc: jax.Array) -> jax.Array:
+    """f32[...], the reference speed at `arc` m along the lap."""
+    return ts.row(_station_at(ts, arc)).ref_speed
+
 
 class RaceEnv:
     """A racing environment with the functional API of gymnax 1.0.
@@ -69,6 +83,7 @@ class RaceEnv:
             random_start_speed=jnp.array([0.3, 0.9], jnp.float32),
             random_start_gap=jnp.float32(0.0),
             grid_start_prob=jnp.float32(0.0),
+            corner_start_prob=jnp.float32(0.0),
             kerb_grip=jnp.float32(0.9),
             offtrack_grip=jnp.float32(0.6),
             offtrack_drag=jnp.float32(0.08),
@@ -132,7 +147,7 @@ class RaceEnv:
         # Two staggered columns behind the line, standing; the ego car takes the last slot.
         grid_slot = jnp.where(idx == 0, n_active, idx - 1)
         line = ts.row(jnp.int32(0))
-        grid_progress = -(8.0 + 8.0 * grid_slot).astype(jnp.float32)
+        grid_progress = -(_GRID_SPACING + _GRID_SPACING * grid_slot).astype(jnp.float32)
         grid_lateral = (jnp.where(grid_slot % 2 == 0, 1.0, -1.0)
                         * jnp.minimum(2.5, jnp.minimum(line.width_left, line.width_right) - 1.5))
         zeros = jnp.zeros((num_cars,), jnp.float32)
@@ -146,7 +161,7 @@ class RaceEnv:
             phase = jax.random.uniform(k_phase, (), maxval=ts.length)
             jitter = jax.random.uniform(k_jitter, (num_cars,), maxval=0.5) * spacing
             arc = (phase + slot * spacing + jitter) % ts.length
-            here = ts.row(jnp.floor(arc / (ts.length / ts.n)).astype(jnp.int32))
+            here = ts.row(_station_at(ts, arc))
             half = jnp.minimum(here.width_left, here.width_right) - 1.5
             lateral = jax.random.uniform(k_lateral, (num_cars,), minval=-1.0, maxval=1.0) * jnp.maximum(half, 0.0)
             frac = jax.random.uniform(k_speed, (num_cars,), minval=params.random_start_speed[0],
@@ -159,6 +174,24 @@ class RaceEnv:
                                                              minval=-1.0, maxval=1.0))
             frac = jnp.where(packed, near, frac)
             speed = frac * here.ref_speed
+            # Some packs start as a race's first corners do: in grid formation at speed, just
+            # before a braking zone (of 8 random places, the one whose reference speed falls
+            # most over the next 150 m), the ego car in a random slot.
+            k_corner = jax.random.fold_in(k_phase, 1)
+            tries = jax.random.uniform(k_corner, (_CORNER_TRIES,), maxval=ts.length)
+            drop = _ref_speed_at(ts, tries) - _ref_speed_at(ts, tries + _CORNER_LOOKAHEAD)
+            front = tries[jnp.argmax(drop)]
+            corner_arc = (front - _GRID_SPACING * slot) % ts.length
+            corner_here = ts.row(_station_at(ts, corner_arc))
+            corner_half = jnp.minimum(corner_here.width_left, corner_here.width_right) - 1.5
+            corner_lateral = jnp.where(slot % 2 == 0, 1.0, -1.0) * jnp.minimum(2.5, corner_half)
+            corner_frac = jax.random.uniform(jax.random.fold_in(k_speed, 3), (),
+                                             minval=0.5 * (params.random_start_speed[0] + params.random_start_speed[1]),
+                                             maxval=params.random_start_speed[1])
+            at_corner = packed & (jax.random.uniform(jax.random.fold_in(k_slot, 2)) < params.corner_start_prob)
+            arc = jnp.where(at_corner, corner_arc, arc)
+            lateral = jnp.where(at_corner, corner_lateral, lateral)
+            speed = jnp.where(at_corner, corner_frac * _ref_speed_at(ts, front), speed)
             progress = opponents.wrap_half(arc - arc[0], ts.length)
             lap_origin = progress
             # Some episodes start as a race does: standing on the grid (the same layout as start="grid_back").

@@ -33,6 +33,7 @@ def test_toml_then_options_override_the_preset(tmp_path):
     ("llm = 'gpt'\n", "llm must be one of"),
     ("m = [\n", "cannot read the config"),
     ('preset = "huge"\n', "unknown preset 'huge'"),
+    ("corner_start_prob = 1.5\n", "corner_start_prob must be in \\[0, 1\\] \\(got 1.5\\)"),
 ])
 def test_bad_configs_are_refused_with_the_field_named(tmp_path, text, message):
     path = tmp_path / "bad.toml"

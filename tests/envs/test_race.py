@@ -117,6 +117,49 @@ def test_random_starts_in_a_pack_keep_the_cars_close_and_at_one_speed():
     assert np.all(np.asarray(states.view.edge_margin) > 0.0)
 
 
+def test_corner_starts_put_the_pack_in_grid_formation_at_speed_before_a_braking_zone():
+    """corner_start_prob: packed starts in two columns 8 m apart, at one speed, where the reference speed falls."""
+    env, params = jaxrace.make(track="gp", num_opponents=7, start="random")
+    reset = jax.jit(jax.vmap(env.reset))
+    keys = jax.random.split(jax.random.key(5), 32)
+    packs = per_env_params(params, 32, random_start_gap=[25.0] * 32)
+    _, corner = reset(keys, packs.replace(corner_start_prob=jnp.ones((32,), jnp.float32)))
+    _, plain = reset(keys, packs)
+    ref = np.asarray(params.tracks.ref_speed)
+    length = float(params.tracks.length)
+
+    def ref_at(arc):
+        return ref[np.floor((np.asarray(arc) % length) / (length / ref.size)).astype(int)]
+
+    drops, plain_drops = [], []
+    for s in range(32):
+        arc = np.asarray(corner.cars.arc[s])
+        order = np.argsort(-np.asarray(corner.cars.progress[s]))  # front of the pack first
+        ahead = (arc[order[0]] - arc[order]) % length
+        np.testing.assert_allclose(ahead, 8.0 * np.arange(8), atol=1e-2)
+        lateral = np.asarray(corner.cars.lateral[s])[order]
+        np.testing.assert_allclose(np.abs(lateral), 2.5, atol=1e-5)
+        assert np.all(np.sign(lateral[1:]) == -np.sign(lateral[:-1]))  # staggered columns
+        speed = np.asarray(corner.cars.body.speed[s])
+        np.testing.assert_allclose(speed, speed[0], rtol=1e-6)
+        assert 0.6 * 0.999 <= speed[0] / ref_at(arc[order[0]]) <= 0.9 * 1.001
+        drops.append(ref_at(arc[order[0]]) - ref_at(arc[order[0]] + 150.0))
+        front = np.argmax(np.asarray(plain.cars.progress[s]))
+        plain_drops.append(ref_at(plain.cars.arc[s, front]) - ref_at(plain.cars.arc[s, front] + 150.0))
+    # The front of the pack is before a braking zone: the reference speed falls ahead of it.
+    assert np.median(drops) > 10.0 and np.median(drops) > np.median(plain_drops) + 10.0
+    assert np.all(np.asarray(corner.view.edge_margin) > 0.0)
+    assert len(np.unique(np.asarray(corner.view.rank))) > 4  # the ego car in any slot
+    # The default draws nothing new: starts are bit for bit those of before the option.
+    _, default = reset(keys, per_env_params(params, 32, random_start_gap=[25.0] * 32))
+    np.testing.assert_array_equal(np.asarray(default.cars.arc), np.asarray(plain.cars.arc))
+    # Only packs start at a corner: spread starts ignore it.
+    spread = per_env_params(params, 32, random_start_gap=[0.0] * 32)
+    _, spread_corner = reset(keys, spread.replace(corner_start_prob=jnp.ones((32,), jnp.float32)))
+    _, spread_plain = reset(keys, spread)
+    np.testing.assert_array_equal(np.asarray(spread_corner.cars.arc), np.asarray(spread_plain.cars.arc))
+
+
 def test_random_starts_can_start_on_the_grid():
     """grid_start_prob: that share of random-start episodes are the race's grid start, exactly."""
     env, params = jaxrace.make(track="club", num_opponents=5, start="random")
