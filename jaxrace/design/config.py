@@ -136,6 +136,9 @@ class DesignConfig:
         for name in ("grid_start_prob", "corner_start_prob"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 problems.append(f"{name} must be in [0, 1] (got {getattr(self, name)})")
+        if self.corner_start_prob > 0 and not self.traffic_start_gap > 0:
+            problems.append("corner_start_prob needs traffic_start_gap > 0: only packed traffic starts begin "
+                            "at a corner")
         if self.opponents > 19:
             problems.append(f"opponents must be at most 19 (got {self.opponents})")
         if not 0.0 < self.ai_skill <= 1.2:

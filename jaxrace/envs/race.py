@@ -36,6 +36,7 @@ __all__ = ["MAX_OPPONENTS", "START_MODES", "EnvParams", "EnvState", "RaceEnv", "
 _GRID_SPACING = 8.0  # m between grid slots (two staggered columns)
 _CORNER_TRIES = 8  # random places a corner start chooses its braking zone from
 _CORNER_LOOKAHEAD = 150.0  # m over which a corner start measures the fall in reference speed
+_CORNER_KEY = 6  # fold_in tag of the corner start's draws (0-5 would repeat the reset's six split keys)
 
 
 def _station_at(ts: TrackSlice, arc: jax.Array) -> jax.Array:
@@ -176,22 +177,26 @@ class RaceEnv:
             speed = frac * here.ref_speed
             # Some packs start as a race's first corners do: in grid formation at speed, just
             # before a braking zone (of 8 random places, the one whose reference speed falls
-            # most over the next 150 m), the ego car in a random slot.
-            k_corner = jax.random.fold_in(k_phase, 1)
-            tries = jax.random.uniform(k_corner, (_CORNER_TRIES,), maxval=ts.length)
+            # most over the next 150 m), the ego car in a random slot among the active cars.
+            k_tries, k_corner_speed, k_corner = jax.random.split(jax.random.fold_in(key, _CORNER_KEY), 3)
+            tries = jax.random.uniform(k_tries, (_CORNER_TRIES,), maxval=ts.length)
             drop = _ref_speed_at(ts, tries) - _ref_speed_at(ts, tries + _CORNER_LOOKAHEAD)
             front = tries[jnp.argmax(drop)]
-            corner_arc = (front - _GRID_SPACING * slot) % ts.length
+            formation = jnp.argsort(jnp.argsort(jnp.where(active, slot, num_cars + slot)))  # active cars first
+            corner_arc = (front - _GRID_SPACING * formation) % ts.length
             corner_here = ts.row(_station_at(ts, corner_arc))
             corner_half = jnp.minimum(corner_here.width_left, corner_here.width_right) - 1.5
-            corner_lateral = jnp.where(slot % 2 == 0, 1.0, -1.0) * jnp.minimum(2.5, corner_half)
-            corner_frac = jax.random.uniform(jax.random.fold_in(k_speed, 3), (),
+            corner_lateral = jnp.where(formation % 2 == 0, 1.0, -1.0) * jnp.clip(corner_half, 0.0, 2.5)
+            # one speed, from the middle to the top of the random starts' range, of the slowest
+            # reference speed under the pack
+            slowest = jnp.min(jnp.where(active, corner_here.ref_speed, jnp.inf))
+            corner_frac = jax.random.uniform(k_corner_speed, (),
                                              minval=0.5 * (params.random_start_speed[0] + params.random_start_speed[1]),
                                              maxval=params.random_start_speed[1])
-            at_corner = packed & (jax.random.uniform(jax.random.fold_in(k_slot, 2)) < params.corner_start_prob)
+            at_corner = packed & (jax.random.uniform(k_corner) < params.corner_start_prob)
             arc = jnp.where(at_corner, corner_arc, arc)
             lateral = jnp.where(at_corner, corner_lateral, lateral)
-            speed = jnp.where(at_corner, corner_frac * _ref_speed_at(ts, front), speed)
+            speed = jnp.where(at_corner, corner_frac * slowest, speed)
             progress = opponents.wrap_half(arc - arc[0], ts.length)
             lap_origin = progress
             # Some episodes start as a race does: standing on the grid (the same layout as start="grid_back").

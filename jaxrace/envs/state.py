@@ -90,7 +90,7 @@ class EnvParams:
     random_start_speed: jax.Array  # f32[2], random starts: speed range / reference speed
     random_start_gap: jax.Array  # f32, random starts: m between consecutive cars (0: spread round the lap)
     grid_start_prob: jax.Array  # f32, random starts: chance an episode starts standing on the grid, ego car last
-    corner_start_prob: jax.Array  # f32, packed random starts: chance the pack starts in grid formation at speed before a braking zone
+    corner_start_prob: jax.Array  # f32, packed random starts: chance of grid formation at speed before a braking zone
     kerb_grip: jax.Array  # f32, grip factor on kerbs
     offtrack_grip: jax.Array  # f32, grip factor on grass
     offtrack_drag: jax.Array  # f32, extra rolling-drag coefficient on grass
