@@ -36,7 +36,10 @@ __all__ = ["MAX_OPPONENTS", "START_MODES", "EnvParams", "EnvState", "RaceEnv", "
 _GRID_SPACING = 8.0  # m between grid slots (two staggered columns)
 _CORNER_TRIES = 8  # random places a corner start chooses its braking zone from
 _CORNER_LOOKAHEAD = 150.0  # m over which a corner start measures the fall in reference speed
-_CORNER_KEY = 6  # fold_in tag of the corner start's draws (0-5 would repeat the reset's six split keys)
+# fold_in tags of further draws of a reset: 0-5 would repeat its six split keys, and a key
+# folded from k_slot would repeat the bits of the slot permutation (fold_in(k, i) == split(k)[i])
+_CORNER_KEY = 6
+_GRID_KEY = 7
 
 
 def _station_at(ts: TrackSlice, arc: jax.Array) -> jax.Array:
@@ -200,7 +203,7 @@ class RaceEnv:
             progress = opponents.wrap_half(arc - arc[0], ts.length)
             lap_origin = progress
             # Some episodes start as a race does: standing on the grid (the same layout as start="grid_back").
-            on_grid = jax.random.uniform(jax.random.fold_in(k_slot, 1)) < params.grid_start_prob
+            on_grid = jax.random.uniform(jax.random.fold_in(key, _GRID_KEY)) < params.grid_start_prob
             progress = jnp.where(on_grid, grid_progress, progress)
             lateral = jnp.where(on_grid, grid_lateral, lateral)
             arc = jnp.where(on_grid, grid_progress % ts.length, arc)

@@ -187,6 +187,20 @@ def test_random_starts_can_start_on_the_grid():
     assert not np.any(np.all(np.asarray(never.cars.body.speed) == 0.0, axis=1))
 
 
+
+def test_grid_starts_leave_the_other_starts_slots_uniform():
+    """Whether an episode starts on the grid is drawn apart from the slots: the ego car is in
+    any slot of a moving pack as often (it was once at the back in 1% of them, not 1 in 6)."""
+    env, params = jaxrace.make(track="club", num_opponents=5, start="random")
+    reset = jax.jit(jax.vmap(env.reset, in_axes=(0, None)))
+    params = params.replace(grid_start_prob=jnp.float32(0.3), random_start_gap=jnp.float32(25.0))
+    _, states = reset(jax.random.split(jax.random.key(6), 3000), params)
+    moving = ~np.all(np.asarray(states.cars.body.speed) == 0.0, axis=1)
+    assert 0.63 < moving.mean() < 0.77
+    at_back = np.asarray(states.view.rank)[moving] == 6
+    assert 0.13 < at_back.mean() < 0.21  # 1 in 6
+
+
 def test_opponents_in_the_track_frame_on_the_grid():
     """opponent_frame="track": gap along / 25 m, lateral gap / 4 m, speed differences, presence."""
     env, params = jaxrace.make(track="club", num_opponents=7, start="grid_back", opponent_frame="track")
