@@ -38,13 +38,6 @@ TERMS = {
     "rear_end": ("-curr.hit_other_from_behind.astype(f32)", 6.0, ("clean", "safe", "no contact", "collision")),
     "contact": ("-(curr.side_contact | curr.hit_from_behind | curr.hit_other_from_behind).astype(f32)", 2.0,
                 ("clean", "safe", "no contact", "collision")),
-    # A dense warning before a rear-end: 0 at 1.5 s or more to contact with the car ahead, rising
-    # to 1 at contact (bumpers 5 m apart: gap_ahead runs centre to centre). Only the same car within
-    # 30 m, at this step's closing speed (a drop of 2.5 m or more in one step is a change of car).
-    "headway": ("-jnp.where((prev.rank == curr.rank) & (prev.gap_ahead < 30.0) & (curr.gap_ahead < 30.0) "
-                "& (prev.gap_ahead - curr.gap_ahead < 2.5), jnp.clip(1.0 - jnp.maximum(curr.gap_ahead - 5.0, 0.0) "
-                "/ (15.0 * jnp.maximum(prev.gap_ahead - curr.gap_ahead, 1e-3)), 0.0, 1.0), 0.0)", 1.0,
-                ("clean", "safe", "no contact", "collision")),
     "lap_bonus": ("(curr.laps > prev.laps).astype(f32)", 20.0, ("lap",)),
     "finish": ("(curr.finished & ~prev.finished).astype(f32) * (curr.num_cars - curr.rank + 1).astype(f32)", 20.0,
                ("win", "finish")),
