@@ -122,11 +122,13 @@ def test_a_resumed_run_reuses_recorded_replies_and_asks_only_for_the_rest(tmp_pa
     from jaxrace.llm import Record, RecordedChat
 
     path = tmp_path / "record.jsonl"
-    # a run stopped after two replies (here by a budget), its record's last line half written by the kill
-    first = generate(BudgetedChat(RecordedChat(Counting(), Record(path)), Budget(max_calls=2)), TASK, 3, seed=3)
+    # a run stopped after two replies (here by a budget), its record's last line half written by the kill;
+    # one request at a time, so which two replies the budget lets through does not depend on thread timing
+    first = generate(BudgetedChat(RecordedChat(Counting(), Record(path)), Budget(max_calls=2)), TASK, 3, seed=3,
+                     concurrency=1)
     with open(path, "a") as f:
         f.write('{"key": "abc", "n": 0, "ro')
     with pytest.warns(UserWarning, match="half-written last line"):
-        again = generate(RecordedChat(Counting(), Record(path)), TASK, 3, seed=3)
+        again = generate(RecordedChat(Counting(), Record(path)), TASK, 3, seed=3, concurrency=1)
     assert [p.source for p in again.programs[:2]] == [p.source for p in first.programs]
     assert calls == [3, 4, 5]  # samples 1 and 2 came from the record
