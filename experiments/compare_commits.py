@@ -5,9 +5,11 @@ Usage: python experiments/compare_commits.py BASE [HEAD] [--rounds 3] [--what tr
 Each commit is checked out in a temporary git worktree and measured in fresh
 processes that import that worktree's jaxrace (PYTHONPATH first), alternating
 BASE, HEAD, BASE, HEAD, ... so both see the same machine load. Per process: a jitted
-scan of 20 vmapped env steps (4096 envs, 7 AI opponents, state only) and 10 epochs of
-5 vmapped QR-SAC runs on the oval (16 envs each); compile time and the median of
-repeated calls. Used to show that a refactor changed no speed beyond noise.
+scan of 20 vmapped env steps (4096 envs, 7 AI opponents, state only), the same for
+training's env (1024 envs on gp, packed random starts, 30% of them on the grid: the
+reset drawn at every step takes that path) and 10 epochs of 5 vmapped QR-SAC runs on
+the oval (16 envs each); compile time and the median of repeated calls. Used to show
+that a refactor changed no speed beyond noise.
 With `--what compile`: `compile_reward` on 16 distinct offline proposals, one at a
 time (the first call also starts the sandbox worker), the median seconds per program
 (results/compare_commits-compile.json).
@@ -39,28 +41,35 @@ from jaxrace.agents.trainer import TrainConfig, make_train
 from jaxrace.rewards import RewardBank, library_reward
 
 out = {"file": jaxrace.__file__}
-env, params = jaxrace.make(track="club", num_opponents=7, start="grid_back")
-step = jax.vmap(env.step, in_axes=(0, 0, 0, None))
-n = 4096
-_, state = jax.jit(jax.vmap(env.reset, in_axes=(0, None)))(jax.random.split(jax.random.key(0), n), params)
 
-def rollout(key, state):
-    def body(state, k):
-        k_act, k_step = jax.random.split(k)
-        action = jax.random.uniform(k_act, (n, 2), minval=-1.0, maxval=1.0)
-        _, state, reward, *_ = step(jax.random.split(k_step, n), state, action, params)
-        return state, reward.sum()
-    return jax.lax.scan(body, state, jax.random.split(key, 20))
+def time_env(env, params, n):
+    # (compile s, median ms per step) of a jitted scan of 20 vmapped env steps with random actions
+    step = jax.vmap(env.step, in_axes=(0, 0, 0, None))
+    _, state = jax.jit(jax.vmap(env.reset, in_axes=(0, None)))(jax.random.split(jax.random.key(0), n), params)
 
-t0 = time.perf_counter()
-compiled = jax.jit(rollout).lower(jax.random.key(1), state).compile()
-out["env_compile_s"] = time.perf_counter() - t0
-times = []
-for r in range(5):
+    def rollout(key, state):
+        def body(state, k):
+            k_act, k_step = jax.random.split(k)
+            action = jax.random.uniform(k_act, (n, 2), minval=-1.0, maxval=1.0)
+            _, state, reward, *_ = step(jax.random.split(k_step, n), state, action, params)
+            return state, reward.sum()
+        return jax.lax.scan(body, state, jax.random.split(key, 20))
+
     t0 = time.perf_counter()
-    jax.block_until_ready(compiled(jax.random.key(2 + r), state))
-    times.append((time.perf_counter() - t0) / 20)
-out["env_step_ms"] = 1e3 * statistics.median(times)
+    compiled = jax.jit(rollout).lower(jax.random.key(1), state).compile()
+    compile_s = time.perf_counter() - t0
+    times = []
+    for r in range(5):
+        t0 = time.perf_counter()
+        jax.block_until_ready(compiled(jax.random.key(2 + r), state))
+        times.append((time.perf_counter() - t0) / 20)
+    return compile_s, 1e3 * statistics.median(times)
+
+out["env_compile_s"], out["env_step_ms"] = time_env(*jaxrace.make(track="club", num_opponents=7, start="grid_back"),
+                                                    4096)
+# Training's env: every step also draws the reset it may need, a packed random start (grid starts among them).
+out["random_env_compile_s"], out["random_env_step_ms"] = time_env(*jaxrace.make(
+    track="gp", num_opponents=7, start="random", grid_start_prob=0.3, random_start_gap=25.0), 1024)
 
 env, params = jaxrace.make(track="oval", start="time_trial", laps=1000, time_limit=60.0)
 bank = RewardBank.from_compiled([library_reward("progress"), library_reward("gt_sophy")])
@@ -103,6 +112,8 @@ COMPILE_METRICS = (("per_program_s", "compile_reward, median over 16 programs", 
                    ("first_s", "compile_reward, first call (worker start included)", "s"))
 
 METRICS = (("env_step_ms", "env step, 4096 envs x 8 cars", "ms"), ("env_compile_s", "env step compile", "s"),
+           ("random_env_step_ms", "env step with packed random starts, 1024 envs on gp", "ms"),
+           ("random_env_compile_s", "env step with packed random starts, compile", "s"),
            ("epoch_ms", "training epoch, 5 vmapped runs", "ms"), ("train_compile_s", "training compile", "s"))
 
 

@@ -227,6 +227,8 @@ def main() -> None:
                         help="time limit of episodes in traffic (0: the same as alone, 1.6 reference laps)")
     parser.add_argument("--opponent-frame", default="car", choices=["car", "track"],
                         help="opponents in the observation: relative states in the car's frame or the track's")
+    parser.add_argument("--opponent-accel", action="store_true",
+                        help="opponents in the observation also show their longitudinal acceleration (brake lights)")
     parser.add_argument("--pack-gap", type=float, default=0.0,
                         help="m between cars at a random start in traffic (a pack); 0: spread round the lap")
     parser.add_argument("--ai-aggression", default="fixed", choices=["fixed", "varied"],
@@ -244,7 +246,7 @@ def main() -> None:
     # Many laps: episodes end only at the time limit (bootstrapped). With a finish line
     # the return is the fixed lap distance whatever the speed, and nothing rewards pace.
     look = dict(lookahead_points=int(args.lookahead[0]), lookahead_spacing=float(args.lookahead[1]),
-                opponent_frame=args.opponent_frame, pixels=args.actor == "pixels")
+                opponent_frame=args.opponent_frame, opponent_accel=args.opponent_accel, pixels=args.actor == "pixels")
     env, params = jaxrace.make(track=track, start=args.start, laps=1000, time_limit=1.6 * ref_lap, **look,
                                terminate_on_course_out=args.terminate_on_course_out, grid_start_prob=args.grid_prob,
                                corner_start_prob=args.corner_prob,

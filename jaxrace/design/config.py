@@ -64,6 +64,8 @@ class DesignConfig:
     race_laps: int = 1
     # training (QR-SAC; see jaxrace.agents.TrainConfig)
     actor_input: str = "state"
+    # the actor also sees each nearby car's longitudinal acceleration (its brake lights)
+    opponent_accel: bool = False
     recurrent: bool = False
     hidden: int = 64
     num_envs: int = 16

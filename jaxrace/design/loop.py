@@ -100,6 +100,7 @@ class Envs:
 
         train_env, train_params = jaxrace.make(track=config.track, num_opponents=config.opponents, start="random",
                                                laps=1000, time_limit=1.6 * ref_lap, pixels=pixels,
+                                               opponent_accel=config.opponent_accel,
                                                grid_start_prob=config.grid_start_prob,
                                                corner_start_prob=config.corner_start_prob,
                                                terminate_on_course_out=config.terminate_on_course_out,
@@ -114,7 +115,8 @@ class Envs:
             scenarios["aggression"] = jax.random.uniform(k_ai, (config.num_envs, train_env.static.num_cars))
         train_params = per_env_params(train_params, config.num_envs, **scenarios)
         race_env, race_params = jaxrace.make(track=config.track, num_opponents=config.opponents,
-                                             laps=config.race_laps, start="grid_back", pixels=pixels)
+                                             laps=config.race_laps, start="grid_back", pixels=pixels,
+                                             opponent_accel=config.opponent_accel)
         race_params = field(race_env, race_params)
         _, trial_params = jaxrace.make(track=config.track, num_opponents=config.opponents, laps=2,
                                        start="grid_back", num_active_opponents=0, pixels=pixels)

@@ -17,7 +17,8 @@ PROPRIO_SIZE = 20
 
 def observation_shapes(static: StaticParams) -> dict[str, tuple[int, ...]]:
     """Shapes of the observation dict's entries (float32; "pixels" is uint8)."""
-    shapes = {"proprio": (PROPRIO_SIZE,), "privileged": (4 * static.lookahead_points + 5 * static.num_slots,)}
+    privileged = 4 * static.lookahead_points + static.slot_size * static.num_slots
+    shapes = {"proprio": (PROPRIO_SIZE,), "privileged": (privileged,)}
     if static.pixels:
         shapes["pixels"] = (*static.image_size, 3)
     return shapes
@@ -74,7 +75,7 @@ def race_view(state: EnvState, params: EnvParams, ts: TrackSlice) -> RaceView:
 
 
 def observation(static: StaticParams, state: EnvState, params: EnvParams, ts: TrackSlice) -> dict[str, jax.Array]:
-    """{"proprio": f32[PROPRIO_SIZE], "privileged": f32[4 L + 5 K]} for the ego car.
+    """{"proprio": f32[PROPRIO_SIZE], "privileged": f32[4 L + S K]} for the ego car.
 
     proprio (the car's own senses): speed/50, vx/50, vy/10, ax/20, ay/20, yaw rate/2,
     steering angle / lock, previous action (2), front and rear slip angles x 5,
@@ -83,8 +84,8 @@ def observation(static: StaticParams, state: EnvState, params: EnvParams, ts: Tr
     race position in [0, 1] (0 = leading).
     privileged (for the critic): L track-edge stations ahead, every
     `lookahead_spacing` m, as left (x, y) and right (x, y) in the car frame / 100 m;
-    then the K nearest active opponents (nearest first, 5 numbers each, see
-    `opponent_slots`).
+    then the K nearest active opponents (nearest first, S = `static.slot_size` numbers
+    each, see `opponent_slots`).
     `ts` is the track slice of `state.track_index`. Pixels are added by `RaceEnv`.
     """
     s = static
@@ -121,7 +122,7 @@ def observation(static: StaticParams, state: EnvState, params: EnvParams, ts: Tr
 
 
 def opponent_slots(static: StaticParams, state: EnvState, ts: TrackSlice, to_car) -> jax.Array:
-    """f32[5 K]: the K nearest active opponents, nearest first, 5 numbers each (zeros when absent).
+    """f32[S K]: the K nearest active opponents, nearest first, S numbers each (zeros when absent).
 
     `static.opponent_frame == "car"`: relative position / 50 m and velocity / 20 m/s in the
     ego car's frame (`to_car` rotates world vectors into it), and a presence flag.
@@ -129,6 +130,10 @@ def opponent_slots(static: StaticParams, state: EnvState, ts: TrackSlice, to_car
     the lateral gap / 4 m, the along-track and lateral speed differences / 20 and / 5 m/s,
     and a presence flag: at racing distances a one-metre lane overlap is a quarter of a
     unit, where in the car frame it is 0.02 beside positions of a kilometre (+-20).
+    With `static.opponent_accel` a sixth number follows the presence flag: the car's
+    longitudinal acceleration / 20 m/s^2, its brake lights. A car that starts braking
+    shows it at once, where its speed difference takes steps to build (a car braking at
+    15 m/s^2 changes it by 0.075 units in one step at 10 Hz, its acceleration by 0.75).
     """
     c = state.cars
     body = c.body
@@ -153,5 +158,7 @@ def opponent_slots(static: StaticParams, state: EnvState, ts: TrackSlice, to_car
         px, py = to_car(dx[nearest], dy[nearest])
         rvx, rvy = to_car(wvx[nearest] - wvx[0], wvy[nearest] - wvy[0])
         slots = jnp.stack([px / 50.0, py / 50.0, rvx / 20.0, rvy / 20.0, jnp.ones_like(px)], axis=-1)
+    if static.opponent_accel:
+        slots = jnp.concatenate([slots, (c.ax[nearest] / 20.0)[:, None]], axis=-1)
     present = jnp.isfinite(dist[nearest])
     return jnp.where(present[:, None], slots, 0.0).reshape(-1)

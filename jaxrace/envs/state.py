@@ -36,6 +36,7 @@ class StaticParams:
     lookahead_spacing: float = 10.0  # m between them
     opponent_slots: int = 6  # nearest opponents in the privileged observation
     opponent_frame: str = "car"  # their relative states in the car's frame, or in the track's ("track")
+    opponent_accel: bool = False  # add each slot's longitudinal acceleration (its brake lights)
     pixels: bool = False  # add obs["pixels"], uint8[H, W, 3] from the ego camera
     image_size: tuple[int, int] = (64, 64)  # (H, W)
     camera: str = "chase"  # "chase" (behind and above, looking ahead) or "topdown"
@@ -65,6 +66,11 @@ class StaticParams:
     @property
     def num_slots(self) -> int:
         return min(self.opponent_slots, self.num_opponents)
+
+    @property
+    def slot_size(self) -> int:
+        """Numbers per opponent slot in the privileged observation."""
+        return 6 if self.opponent_accel else 5
 
 
 @struct.dataclass

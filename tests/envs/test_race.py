@@ -223,6 +223,34 @@ def test_opponents_in_the_track_frame_on_the_grid():
     assert np.abs(along).max() == 4.0
 
 
+def test_opponent_accel_adds_each_slots_brake_lights():
+    """opponent_accel: a sixth number per slot, the car's longitudinal acceleration / 20 m/s^2."""
+    for frame in ("car", "track"):
+        plain_env, params = jaxrace.make(track="club", num_opponents=7, start="random", opponent_frame=frame)
+        env, _ = jaxrace.make(track="club", num_opponents=7, start="random", opponent_frame=frame,
+                              opponent_accel=True)
+        assert env.observation_shapes()["privileged"] == (4 * 30 + 6 * 6,)
+        _, state = env.reset(jax.random.key(0), params)
+        step = jax.jit(env.step)
+        for _ in range(12):  # cars at random places and speeds: some brake, some accelerate
+            obs, state, *_ = step(jax.random.key(1), state, jnp.array([0.0, 0.3]), params)
+        slots = np.asarray(obs["privileged"][4 * 30:]).reshape(6, 6)
+        plain = np.asarray(plain_env.observation(state, params)["privileged"][4 * 30:]).reshape(6, 5)
+        np.testing.assert_allclose(slots[:, :5], plain, rtol=1e-5, atol=1e-6)
+        # The six nearest of the seven opponents, nearest first, by the frame's distance.
+        c = jax.tree.map(np.asarray, state.cars)
+        if frame == "car":
+            dist = np.hypot(c.body.x[1:] - c.body.x[0], c.body.y[1:] - c.body.y[0])
+        else:
+            length = float(params.tracks.length)
+            along = (c.arc[1:] - c.arc[0] + length / 2) % length - length / 2
+            dist = np.hypot(along, c.lateral[1:] - c.lateral[0])
+        nearest = 1 + np.argsort(dist)[:6]
+        ax = np.asarray(state.cars.ax)
+        assert np.ptp(ax[1:]) > 0.5 and np.abs(ax[1:]).max() > 2.0  # a test that could fail
+        np.testing.assert_allclose(slots[:, 5], ax[nearest] / 20.0, rtol=1e-6)
+
+
 def test_grid_start_puts_the_ego_car_at_the_back(grid):
     env, params = grid
     _, state = env.reset(jax.random.key(0), params)
