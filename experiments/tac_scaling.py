@@ -83,7 +83,7 @@ def main() -> None:
                                      hparams=HParams(reward_scale=config.reward_scale))
         e = loop.envs
         k_field, k_race = jax.random.split(jax.random.key(args.seed + 1))
-        ev = evaluate(trainer, state.actor, e.race_env, e.race_fields(k_field, args.races), k_race, e.race_steps,
+        ev = evaluate(trainer, state.policy_actor, e.race_env, e.race_fields(k_field, args.races), k_race, e.race_steps,
                       num_races=args.races, params_per_race=True)
         names = [f"p{int(i)}" for i in np.asarray(index)]
         loop._store_clips("agents", 1, names, [0] * len(names), list(range(len(names))), ev.states, ev.actions,

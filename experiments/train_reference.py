@@ -227,6 +227,9 @@ def main() -> None:
                         help="time limit of episodes in traffic (0: the same as alone, 1.6 reference laps)")
     parser.add_argument("--opponent-frame", default="car", choices=["car", "track"],
                         help="opponents in the observation: relative states in the car's frame or the track's")
+    parser.add_argument("--actor-average", type=float, default=0.0, metavar="RATE",
+                        help="policy averaging: evaluate, keep and save a moving average of the actor, moved this "
+                             "share of the way after each update (0: the actor itself)")
     parser.add_argument("--opponent-accel", action="store_true",
                         help="opponents in the observation also show their longitudinal acceleration (brake lights)")
     parser.add_argument("--pack-gap", type=float, default=0.0,
@@ -282,6 +285,7 @@ def main() -> None:
                          burn_in=args.burn_in, train_length=args.train_length,
                          batch_size=args.batch, replay_size=args.replay,
                          n_step=args.n_step, warmup_epochs=20, epochs=args.chunk_epochs,
+                         actor_average=args.actor_average,
                          host_updates=args.host_updates == "on" or (args.host_updates == "auto" and pixels
                                                                     and jax.default_backend() == "cpu"))
     trainer = make_train(config, env, params, bank)
@@ -333,8 +337,8 @@ def main() -> None:
     t0 = time.perf_counter()
     state = init(k_init, hparams, 0)
     if args.assess:
-        return assess_saved(args, Path(args.assess), state.actor, final_assessment, track_name)
-    keep.start(jax.tree.map(lambda x: x[None], state.actor))
+        return assess_saved(args, Path(args.assess), state.policy_actor, final_assessment, track_name)
+    keep.start(jax.tree.map(lambda x: x[None], state.policy_actor))
     curve, chunks = [], 0
     chunk_s = eval_s = 0.0
     while time.perf_counter() - t0 + chunk_s + (eval_s if (chunks + 1) % args.eval_every == 0 else 0.0) < budget \
@@ -352,7 +356,7 @@ def main() -> None:
         if bool(state.failed):
             raise SystemExit("the run failed (non-finite loss): see the log above")
         started = time.perf_counter()
-        keep.update(epochs, jax.tree.map(lambda x: x[None], state.actor))
+        keep.update(epochs, jax.tree.map(lambda x: x[None], state.policy_actor))
         if chunks % args.eval_every == 0:
             eval_s = time.perf_counter() - started
             e = evals[-1]
@@ -365,11 +369,11 @@ def main() -> None:
     kept_actor = jax.tree.map(lambda x: x[0], keep.actor)
     kept_steps = int(keep.epoch[0]) * steps_per_epoch
     if args.save:
-        save_checkpoint(Path(args.save) / "final", state.actor, chunks)
+        save_checkpoint(Path(args.save) / "final", state.policy_actor, chunks)
         if keep.epoch[0] >= 0:
             save_checkpoint(Path(args.save) / "kept", kept_actor, kept_steps)
 
-    final = final_assessment(state.actor)
+    final = final_assessment(state.policy_actor)
     tag = f"{track_name}: "
     rows = [
         {"name": f"{tag}training wall time incl. compile and selection races", "value": round(train_s, 1),

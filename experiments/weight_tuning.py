@@ -84,7 +84,7 @@ def make_pairs(drivers: int, slots: int, epochs: int, folder: Path, seed: int):
                                  hparams=HParams(reward_scale=config.reward_scale))
     e = loop.envs
     k_field, k_race = jax.random.split(jax.random.key(seed + 7))
-    ev = evaluate(trainer, state.actor, e.race_env, e.race_fields(k_field, 2), k_race, e.race_steps, num_races=2,
+    ev = evaluate(trainer, state.policy_actor, e.race_env, e.race_fields(k_field, 2), k_race, e.race_steps, num_races=2,
                   params_per_race=True)
     names = [programs[int(i)].name for i in np.asarray(index)]
     seeds = [r % 2 for r in range(len(names))]
@@ -236,7 +236,7 @@ def main() -> None:
         train_seconds = time.perf_counter() - t0
         e = loop.envs
         k_field, k_race = jax.random.split(jax.random.key(args.seed + 1))
-        ev = evaluate(trainer, state.actor, e.race_env, e.race_fields(k_field, args.races), k_race, e.race_steps,
+        ev = evaluate(trainer, state.policy_actor, e.race_env, e.race_fields(k_field, args.races), k_race, e.race_steps,
                       num_races=args.races, params_per_race=True)
         behaviour = []
         for v, name in enumerate(("candidate's weights", "tuned weights")):

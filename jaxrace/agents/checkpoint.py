@@ -11,6 +11,7 @@ on 2 devices resumes on 1 or 4. Host-side Python around orbax.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import jax
@@ -89,6 +90,15 @@ def _check_matches(directory: Path, step: int, stored, expected) -> None:
                              f"the job expects {like.dtype}{list(like.shape)}")
 
 
+def _empty_fields_not_stored(abstract, metadata) -> list[str]:
+    """Fields of a dataclass state that hold nothing (None) and that a step lacks because it was
+    written before the field existed (`TrainState.average_actor` without policy averaging)."""
+    if not dataclasses.is_dataclass(abstract) or not hasattr(metadata, "keys"):
+        return []
+    return [f.name for f in dataclasses.fields(abstract)
+            if getattr(abstract, f.name) is None and f.name not in metadata.keys()]
+
+
 class Checkpointer:
     """One job's checkpoints in `directory`, kept open across saves.
 
@@ -134,8 +144,15 @@ class Checkpointer:
         if step is None:
             return None
         abstract = _abstract(template)
-        _check_matches(self.directory, step, self._manager.item_metadata(step), abstract)
-        stored = self._manager.restore(step, args=ocp.args.StandardRestore(abstract))
+        metadata = self._manager.item_metadata(step)
+        _check_matches(self.directory, step, metadata, abstract)
+        absent = _empty_fields_not_stored(abstract, metadata)
+        if absent:
+            fields = {f.name: getattr(abstract, f.name) for f in dataclasses.fields(abstract) if f.name not in absent}
+            stored = self._manager.restore(step, args=ocp.args.StandardRestore(fields))
+            stored = abstract.replace(**dict(stored), **dict.fromkeys(absent))
+        else:
+            stored = self._manager.restore(step, args=ocp.args.StandardRestore(abstract))
         return _from_stored(template, stored), int(step)
 
     def wait(self) -> None:

@@ -26,6 +26,11 @@ class TrainConfig:
     burn_in: int = 16  # recurrent actor only: replayed steps that warm the GRU state, no gradients
     train_length: int = 32  # recurrent actor only: trained steps per sampled sequence
     reinit_every: int = 0  # epochs between re-initialisations of the networks (primacy bias); 0: never
+    # Policy averaging: after each gradient update the state's average actor moves this share of the
+    # way to the actor (an exponential moving average; 0: none). The envs are driven by the actor;
+    # evaluation, checkpoint selection and the saved agents use the average (`TrainState.policy_actor`).
+    # Static: each value compiles its own programs (it is not an HParams field, swept per run).
+    actor_average: float = 0.0
     # Each update its own jitted call from a host loop, not a scan inside `learn`: XLA:CPU
     # differentiates a convolution inside a loop ~25x slower (README, "The pixel actor on CPU").
     # Split programs only (`train_many(fused=False)`); the results are the same.
@@ -38,6 +43,8 @@ class TrainConfig:
                              + ", ".join(f"{n}={getattr(self, n)}" for n in positive))
         if self.burn_in < 0 or self.reinit_every < 0:
             raise ValueError(f"burn_in and reinit_every must be >= 0: got {self.burn_in}, {self.reinit_every}")
+        if not 0.0 <= self.actor_average < 1.0:
+            raise ValueError(f"actor_average must be in [0, 1) (0: no averaging), got {self.actor_average}")
 
     @property
     def trained_steps(self) -> int:

@@ -109,7 +109,7 @@ def evaluate(trainer, actor_params, env, params, key: jax.Array, num_steps: int,
 
     Args:
         trainer: a Trainer or its Learner (only the policy is used).
-        actor_params: actor parameters with a leading run axis R (TrainState.actor).
+        actor_params: actor parameters with a leading run axis R (TrainState.policy_actor).
         params: EnvParams shared by every race, or with a leading axis of num_races
             when `params_per_race` (each race its own field: skills, aggression, ...).
         num_steps: static steps per race; num_races: races per run (different keys;

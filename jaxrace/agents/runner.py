@@ -192,7 +192,7 @@ def train_many(trainer: Trainer, key: jax.Array, reward_indices, seeds_per_rewar
     keys, hparams, reward_index = shard_envs((keys, hparams, reward_index), run_sharding, strict=False)
     state = _committed(_init_runs(trainer.learner, keys, hparams.replace(reward_params=None)))
     if keep is not None:
-        keep.start(state.actor, updates=len(range(0, epochs, chunk)))
+        keep.start(state.policy_actor, updates=len(range(0, epochs, chunk)))
     if fused and trainer.config.host_updates:
         raise ValueError("TrainConfig(host_updates=True) needs the split programs: train_many(fused=False)")
     history = shard_envs(Metrics(*(jnp.zeros((runs, epochs), bool if name == "failed" else jnp.float32)
@@ -228,7 +228,7 @@ def train_many(trainer: Trainer, key: jax.Array, reward_indices, seeds_per_rewar
                 state, metrics = split_epochs(trainer, state, hparams, reward_index, chunk, first_epoch=done)
             history = jax.tree.map(lambda h, m, d=done: h.at[:, d:d + chunk].set(m), history, metrics)
             if keep is not None:
-                keep.update(done + chunk, state.actor)
+                keep.update(done + chunk, state.policy_actor)
             if saved is not None:
                 report()
             if checkpointer is not None:

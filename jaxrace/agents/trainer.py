@@ -60,7 +60,7 @@ HUGE_REWARD = 1e6  # a sampled reward beyond this marks the run failed
 # a warm-up epoch's discarded updates) touches only these: a select over the whole state would
 # also copy the replay buffer, which XLA cannot always see is the same on both sides.
 UPDATED_FIELDS = ("actor", "critic", "target_critic", "log_alpha", "actor_opt", "critic_opt", "alpha_opt", "key",
-                  "failed")
+                  "failed", "average_actor")
 
 
 @struct.dataclass
@@ -82,6 +82,12 @@ class TrainState:
     key: jax.Array
     epoch: jax.Array
     failed: jax.Array  # bool: frozen after a non-finite loss or a huge reward
+    average_actor: VariableDict | None = None  # the actor's moving average (TrainConfig.actor_average), or None
+
+    @property
+    def policy_actor(self) -> VariableDict:
+        """The actor to evaluate, select and save: the average when there is one."""
+        return self.actor if self.average_actor is None else self.average_actor
 
 
 class Metrics(NamedTuple):
@@ -237,7 +243,8 @@ def make_learner(config: TrainConfig, env, env_params: EnvParams) -> Learner:
         critic_params = critic.init(k_critic, one_obs, jnp.zeros(2))
         opt = _adam()
         return dict(actor=actor_params, critic=critic_params, target_critic=critic_params,
-                    actor_opt=opt.init(actor_params), critic_opt=opt.init(critic_params))
+                    actor_opt=opt.init(actor_params), critic_opt=opt.init(critic_params),
+                    average_actor=jax.tree.map(jnp.copy, actor_params) if config.actor_average else None)
 
     def init(key, hparams: HParams) -> TrainState:
         k_nets, k_env, k_run = jax.random.split(key, 3)
@@ -270,9 +277,12 @@ def make_learner(config: TrainConfig, env, env_params: EnvParams) -> Learner:
         l_up, l_opt = opt.update(alpha_grad, _with_lr(state.alpha_opt, hparams.alpha_lr))
         critic_params = optax.apply_updates(state.critic, c_up)
         target = optax.incremental_update(critic_params, state.target_critic, hparams.tau)
-        new = state.replace(actor=optax.apply_updates(state.actor, a_up), critic=critic_params, target_critic=target,
+        actor_params = optax.apply_updates(state.actor, a_up)
+        average = (None if state.average_actor is None
+                   else optax.incremental_update(actor_params, state.average_actor, config.actor_average))
+        new = state.replace(actor=actor_params, critic=critic_params, target_critic=target,
                             log_alpha=optax.apply_updates(state.log_alpha, l_up), actor_opt=a_opt, critic_opt=c_opt,
-                            alpha_opt=l_opt, key=key)
+                            alpha_opt=l_opt, key=key, average_actor=average)
         bad = ~(jnp.isfinite(out.critic) & jnp.isfinite(out.actor)) | ~(out.max_abs_reward < HUGE_REWARD)
         failed = state.failed | bad
         # A failed run keeps its last good parameters (frozen); only its key moves on.
@@ -280,7 +290,8 @@ def make_learner(config: TrainConfig, env, env_params: EnvParams) -> Learner:
         return new.replace(failed=failed, key=key), (out.critic, out.actor)
 
     def reinitialise(state: TrainState) -> TrainState:
-        """Fresh networks and optimiser states (primacy bias); replay, temperature and envs kept."""
+        """Fresh networks and optimiser states (primacy bias; the average restarts too); replay, temperature
+        and envs kept."""
         key, k_nets = jax.random.split(state.key)
         one_obs = jax.tree.map(lambda x: x[0], state.obs)
         return state.replace(**new_networks(k_nets, one_obs), key=key)

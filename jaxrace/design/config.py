@@ -64,7 +64,8 @@ class DesignConfig:
     race_laps: int = 1
     # training (QR-SAC; see jaxrace.agents.TrainConfig)
     actor_input: str = "state"
-    # the actor also sees each nearby car's longitudinal acceleration (its brake lights)
+    # the privileged observation (a state actor's input, every critic's) also shows each nearby car's
+    # longitudinal acceleration (its brake lights)
     opponent_accel: bool = False
     recurrent: bool = False
     hidden: int = 64
@@ -79,6 +80,9 @@ class DesignConfig:
     final_epochs: int = 300
     reward_scale: float = 0.1
     n_step: int = 5
+    # policy averaging (TrainConfig.actor_average): races, selection and the saved agents use a moving
+    # average of the actor, moved this share of the way after each update; 0: the actor itself
+    actor_average: float = 0.0
     # evaluation, clips and judging
     eval_races: int = 2
     final_races: int = 3
@@ -135,6 +139,8 @@ class DesignConfig:
         for name in ("epochs", "final_epochs"):
             if getattr(self, name) % self.chunk_epochs:
                 problems.append(f"chunk_epochs ({self.chunk_epochs}) must divide {name} ({getattr(self, name)})")
+        if not 0.0 <= self.actor_average < 1.0:
+            problems.append(f"actor_average must be in [0, 1) (0: no averaging; got {self.actor_average})")
         for name in ("grid_start_prob", "corner_start_prob"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 problems.append(f"{name} must be in [0, 1] (got {getattr(self, name)})")
@@ -182,7 +188,8 @@ PRESETS = {
                              num_envs=32, updates_per_epoch=16, batch_size=256, replay_size=300_000, epochs=1000,
                              chunk_epochs=100, final_epochs=8000, keep_best_every=4, select_races=8, race_laps=2,
                              eval_races=3, final_races=20, clip_seconds=15.0, clips_per_race=3, judge_beta=2.0,
-                             judge_mistake=0.1, tac_min_preferences=40, bootstrap_races=16, tune_weights="grad"),
+                             judge_mistake=0.1, tac_min_preferences=40, bootstrap_races=16, tune_weights="grad",
+                             actor_average=3e-4),
     # The papers' settings, meant for a GPU: pixel actor with a GRU, asymmetric critic.
     "paper": DesignConfig(preset="paper", track="gp", opponents=7, iterations=4, m=10, n=5, seeds=2,
                           actor_input="pixels", recurrent=True, hidden=256, num_envs=64, updates_per_epoch=32,

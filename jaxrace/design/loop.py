@@ -470,7 +470,7 @@ class Loop:
             config = TrainConfig(network=network, num_envs=c.num_envs, rollout_steps=c.rollout_steps,
                                  updates_per_epoch=c.updates_per_epoch, batch_size=c.batch_size,
                                  replay_size=c.replay_size, n_step=c.n_step, warmup_epochs=c.warmup_epochs,
-                                 epochs=c.epochs, host_updates=self._host_updates())
+                                 epochs=c.epochs, actor_average=c.actor_average, host_updates=self._host_updates())
             self._learner = make_learner(config, self.envs.train_env, self.envs.train_params)
         epochs = c.final_epochs if k == "final" else c.epochs
         return Trainer(self._learner, bank, dataclasses.replace(self._learner.config, epochs=epochs))
@@ -558,7 +558,7 @@ class Loop:
             hparams=HParams(reward_scale=c.reward_scale), chunk_epochs=c.chunk_epochs, progress=progress,
             checkpoint=str(self.run.file(f"{self._dir(k)}/train/job.ckpt")),
             devices=jax.local_devices() if alone else None, keep=keep)
-        actor = state.actor
+        actor = state.policy_actor
         if keep is not None:
             actor = keep.actor
             if jax.process_index() == 0:

@@ -119,6 +119,44 @@ def test_a_short_training_chunk_is_bit_identical_to_the_pinned_one(trainer):
     assert got == TRAINING_DIGEST, f"training digest {got} != pinned {TRAINING_DIGEST}"
 
 
+def test_policy_averaging_keeps_a_moving_average_of_the_actor(setup, trainer):
+    """TrainConfig.actor_average: after every update the average moves that share of the way to the
+    actor; warm-up and a failed run leave it alone, and checkpoint selection is handed the average."""
+    from jaxrace.agents.selection import KeepBest
+
+    assert trainer.learner.init(jax.random.key(0), HParams()).average_actor is None  # off by default
+    env, params, bank = setup
+    averaged = make_train(dataclasses.replace(trainer.config, actor_average=0.25), env, params, bank)
+    judged = {}
+
+    def score(epoch, actors):
+        judged[epoch] = jax.tree.map(np.array, actors)
+        return np.zeros(2, np.float32)
+
+    state, metrics, _ = train_many(averaged, jax.random.key(1), [0, 1], hparams=EXPLODE, chunk_epochs=2,
+                                   keep=KeepBest(score))
+    assert bool(metrics.failed[1, 1]) and not bool(metrics.failed[0, -1])  # run 1 fails at its first update
+    average, actor = (jax.tree.map(np.asarray, x) for x in (state.average_actor, state.actor))
+    for got, want, acting in zip(jax.tree.leaves(judged[4]), jax.tree.leaves(average), jax.tree.leaves(actor),
+                                 strict=True):
+        np.testing.assert_array_equal(got, want)  # selection sees the average...
+        np.testing.assert_array_equal(want[1], acting[1])  # ...which a failed run never moved from its start
+    gap = max(float(np.max(np.abs(a[0] - m[0]))) for a, m in zip(jax.tree.leaves(actor), jax.tree.leaves(average),
+                                                                 strict=True))
+    assert gap > 1e-4  # run 0's average lags its actor
+    # One update at a time: average <- average + 0.25 (actor - average).
+    run = jax.tree.map(lambda x: x[0], state)
+    update = jax.jit(averaged.learner.update)
+    for _ in range(2):
+        before = run.average_actor
+        run, _ = update(run, HParams())
+        expected = jax.tree.map(lambda a, m: m + 0.25 * (a - m), run.actor, before)
+        for got, want in zip(jax.tree.leaves(run.average_actor), jax.tree.leaves(expected), strict=True):
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-7)
+    with pytest.raises(ValueError, match=r"actor_average must be in \[0, 1\)"):
+        TrainConfig(actor_average=1.0)
+
+
 def test_train_many_reports_progress_in_chunks(trainer):
     seen = []
     _, metrics, reward_index = train_many(trainer, jax.random.key(2), [0], seeds_per_reward=2, chunk_epochs=2,

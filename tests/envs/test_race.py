@@ -248,7 +248,11 @@ def test_opponent_accel_adds_each_slots_brake_lights():
         nearest = 1 + np.argsort(dist)[:6]
         ax = np.asarray(state.cars.ax)
         assert np.ptp(ax[1:]) > 0.5 and np.abs(ax[1:]).max() > 2.0  # a test that could fail
+        assert float(state.time) > 1.1  # no episode ended (a fresh one would stand still)
         np.testing.assert_allclose(slots[:, 5], ax[nearest] / 20.0, rtol=1e-6)
+        # Absent cars' slots are zeros, their acceleration too.
+        obs = env.observation(state.replace(active=jnp.arange(8) < 3), params)
+        assert np.count_nonzero(np.asarray(obs["privileged"][4 * 30:]).reshape(6, 6)[2:]) == 0
 
 
 def test_grid_start_puts_the_ego_car_at_the_back(grid):
