@@ -363,6 +363,11 @@ def _final(run: RunDir) -> str:
         out.append(f"<p>Each agent is its run's best checkpoint by the task: every {kept['every_chunks']} "
                    f"chunk(s) of training the policies raced {kept['races']} times on fields of their own, and "
                    f"the races were scored as the scripted judge scores a clip. Kept: {chosen}.</p>")
+    average = run.config().actor_average
+    if average:
+        out.append(f"<p>Every agent raced in this run is a moving average of its actor's parameters (policy "
+                   f"averaging: {average:g} of the way to the actor after each update); the actor itself drove "
+                   f"the training envs.</p>")
     if run.exists("final/train/curves.json"):
         out.append(_curves(run.read_json("final/train/curves.json")))
     videos = sorted(p.relative_to(run.path) for p in run.file("final/videos").glob("*"))
