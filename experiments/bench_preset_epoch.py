@@ -48,6 +48,9 @@ def main() -> None:
     parser.add_argument("--runs", type=int, nargs="+", default=[3])
     parser.add_argument("--chunk", type=int, default=None, help="epochs per chunk (default: the preset's)")
     parser.add_argument("--chunks", type=int, default=3, help="chunks of the longer timed job")
+    parser.add_argument("--averages", type=float, nargs="+", default=None, metavar="RATE",
+                        help="policy averaging rates to compare (default: the preset's alone)")
+    parser.add_argument("--tag", default="", help="results go to results/bench_preset_epoch-<tag>.json")
     parser.add_argument("--banks", nargs="+", default=["library"], choices=["library", "offline"],
                         help="the rewards: the two library rewards, or the offline proposer's programs for the "
                              "preset's task, one per run (as the loop's iterations train)")
@@ -57,44 +60,52 @@ def main() -> None:
         c = load_config(args.preset, num_envs=envs)
         e = Envs.make(c)
         chunk = args.chunk or c.chunk_epochs
-        config = TrainConfig(network=NetworkConfig(recurrent=c.recurrent, hidden=c.hidden, actor_input=c.actor_input),
-                             num_envs=envs, rollout_steps=c.rollout_steps, updates_per_epoch=c.updates_per_epoch,
-                             batch_size=c.batch_size, replay_size=c.replay_size, n_step=c.n_step,
-                             warmup_epochs=min(c.warmup_epochs, chunk // 2), epochs=chunk)
-        learner = make_learner(config, e.train_env, e.train_params)
-        for runs, kind in ((r, b) for r in args.runs for b in args.banks):
-            if kind == "library":
-                rewards = [library_reward(n) for n in LIBRARY_BASELINES]
-            else:
-                rewards = compile_rewards([p.source for p in propose(c.task, runs, jax.random.key(1))])
-            bank = RewardBank.from_compiled(rewards)
-            compiled = False
-            for saving in (False, True):
-                setting = (learner, bank, config, runs, chunk)
-                # compiles (the programs serve both checkpoint settings)
-                first = None if compiled else timed_job(*setting, 1, saving, c.reward_scale)
-                compiled = True
-                # Reports lag a chunk behind the work, so time whole jobs: one of `chunks` chunks minus one
-                # of 1 chunk leaves `chunks - 1` chunks, their checkpoints included.
-                one = timed_job(*setting, 1, saving, c.reward_scale)
-                many = timed_job(*setting, args.chunks, saving, c.reward_scale)
-                per_epoch = (many - one) / ((args.chunks - 1) * chunk)
-                steps = envs * c.rollout_steps
-                table.append([envs, runs, kind, "every chunk" if saving else "none",
-                              "" if first is None else f"{first:.1f}", f"{1000 * per_epoch:.0f}",
-                              f"{runs * steps / per_epoch:,.0f}"])
-                rows.append({"name": f"{args.preset}: {envs} envs, {runs} runs per job, {kind} rewards, "
-                                     f"{'a checkpoint per chunk' if saving else 'no checkpoints'}: seconds per epoch",
-                             "value": round(per_epoch, 4), "unit": "s",
-                             "first_job_of_one_chunk_seconds": None if first is None else round(first, 2),
-                             "chunk_epochs": chunk, "env_steps_per_epoch_per_run": steps,
-                             "updates_per_epoch": c.updates_per_epoch, "batch_size": c.batch_size,
-                             "hidden": c.hidden, "replay_size": c.replay_size, "track": c.track})
+        for average in args.averages or [c.actor_average]:
+            config = TrainConfig(network=NetworkConfig(recurrent=c.recurrent, hidden=c.hidden,
+                                                       actor_input=c.actor_input),
+                                 num_envs=envs, rollout_steps=c.rollout_steps, updates_per_epoch=c.updates_per_epoch,
+                                 batch_size=c.batch_size, replay_size=c.replay_size, n_step=c.n_step,
+                                 warmup_epochs=min(c.warmup_epochs, chunk // 2), epochs=chunk,
+                                 actor_average=average)
+            measure(args, c, e, chunk, envs, config, average, rows, table)
     print(f"preset {args.preset}: per epoch = (a job of {args.chunks} chunks - a job of 1) / the epochs between")
-    print_table(["envs", "runs per job", "rewards", "job checkpoint", "first job of 1 chunk, compiling (s)",
-                 "ms per epoch",
-                 "env steps/s (all runs)"], table)
-    print(write_results(__file__, rows))
+    print_table(["envs", "policy averaging", "runs per job", "rewards", "job checkpoint",
+                 "first job of 1 chunk, compiling (s)", "ms per epoch", "env steps/s (all runs)"], table)
+    print(write_results(__file__.replace(".py", f"-{args.tag}.py") if args.tag else __file__, rows))
+
+
+def measure(args, c, e, chunk, envs, config, average, rows, table) -> None:
+    """Timed jobs of every (runs, bank) and checkpoint setting for one TrainConfig."""
+    learner = make_learner(config, e.train_env, e.train_params)
+    for runs, kind in ((r, b) for r in args.runs for b in args.banks):
+        if kind == "library":
+            rewards = [library_reward(n) for n in LIBRARY_BASELINES]
+        else:
+            rewards = compile_rewards([p.source for p in propose(c.task, runs, jax.random.key(1))])
+        bank = RewardBank.from_compiled(rewards)
+        compiled = False
+        for saving in (False, True):
+            setting = (learner, bank, config, runs, chunk)
+            # compiles (the programs serve both checkpoint settings)
+            first = None if compiled else timed_job(*setting, 1, saving, c.reward_scale)
+            compiled = True
+            # Reports lag a chunk behind the work, so time whole jobs: one of `chunks` chunks minus one
+            # of 1 chunk leaves `chunks - 1` chunks, their checkpoints included.
+            one = timed_job(*setting, 1, saving, c.reward_scale)
+            many = timed_job(*setting, args.chunks, saving, c.reward_scale)
+            per_epoch = (many - one) / ((args.chunks - 1) * chunk)
+            steps = envs * c.rollout_steps
+            table.append([envs, f"{average:g}" if average else "off", runs, kind,
+                          "every chunk" if saving else "none", "" if first is None else f"{first:.1f}",
+                          f"{1000 * per_epoch:.0f}", f"{runs * steps / per_epoch:,.0f}"])
+            rows.append({"name": f"{args.preset}: {envs} envs, {runs} runs per job, {kind} rewards, "
+                                 f"{'a checkpoint per chunk' if saving else 'no checkpoints'}, "
+                                 f"policy averaging {average:g}: seconds per epoch",
+                         "value": round(per_epoch, 4), "unit": "s",
+                         "first_job_of_one_chunk_seconds": None if first is None else round(first, 2),
+                         "chunk_epochs": chunk, "env_steps_per_epoch_per_run": steps,
+                         "updates_per_epoch": c.updates_per_epoch, "batch_size": c.batch_size,
+                         "hidden": c.hidden, "replay_size": c.replay_size, "track": c.track, "actor_average": average})
 
 
 if __name__ == "__main__":
