@@ -22,10 +22,10 @@ import time
 import jax
 from common import print_table, write_results
 
-from jaxrace.agents import HParams, NetworkConfig, TrainConfig, train_many
+from jaxrace.agents import HParams, train_many
 from jaxrace.agents.trainer import Trainer, make_learner
 from jaxrace.design.config import load_config
-from jaxrace.design.loop import LIBRARY_BASELINES, Envs
+from jaxrace.design.loop import LIBRARY_BASELINES, Envs, train_config
 from jaxrace.rewards import RewardBank, compile_rewards, library_reward, propose
 
 
@@ -61,12 +61,8 @@ def main() -> None:
         e = Envs.make(c)
         chunk = args.chunk or c.chunk_epochs
         for average in args.averages or [c.actor_average]:
-            config = TrainConfig(network=NetworkConfig(recurrent=c.recurrent, hidden=c.hidden,
-                                                       actor_input=c.actor_input),
-                                 num_envs=envs, rollout_steps=c.rollout_steps, updates_per_epoch=c.updates_per_epoch,
-                                 batch_size=c.batch_size, replay_size=c.replay_size, n_step=c.n_step,
-                                 warmup_epochs=min(c.warmup_epochs, chunk // 2), epochs=chunk,
-                                 actor_average=average)
+            config = dataclasses.replace(train_config(c), warmup_epochs=min(c.warmup_epochs, chunk // 2),
+                                         epochs=chunk, actor_average=average)
             measure(args, c, e, chunk, envs, config, average, rows, table)
     print(f"preset {args.preset}: per epoch = (a job of {args.chunks} chunks - a job of 1) / the epochs between")
     print_table(["envs", "policy averaging", "runs per job", "rewards", "job checkpoint",
@@ -105,7 +101,8 @@ def measure(args, c, e, chunk, envs, config, average, rows, table) -> None:
                          "first_job_of_one_chunk_seconds": None if first is None else round(first, 2),
                          "chunk_epochs": chunk, "env_steps_per_epoch_per_run": steps,
                          "updates_per_epoch": c.updates_per_epoch, "batch_size": c.batch_size,
-                         "hidden": c.hidden, "replay_size": c.replay_size, "track": c.track, "actor_average": average})
+                         "hidden": c.hidden, "replay_size": c.replay_size, "track": c.track, "actor_average": average,
+                         "actor_cvar": c.actor_cvar})
 
 
 if __name__ == "__main__":

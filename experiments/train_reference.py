@@ -230,6 +230,9 @@ def main() -> None:
     parser.add_argument("--actor-average", type=float, default=0.0, metavar="RATE",
                         help="policy averaging: evaluate, keep and save a moving average of the actor, moved this "
                              "share of the way after each update (0: the actor itself)")
+    parser.add_argument("--actor-cvar", type=float, default=1.0, metavar="LEVEL",
+                        help="risk-averse actor: maximise the mean of the lowest LEVEL share of the critic's "
+                             "quantiles (the CVaR of the return; 1: their mean)")
     parser.add_argument("--opponent-accel", action="store_true",
                         help="opponents in the observation also show their longitudinal acceleration (brake lights)")
     parser.add_argument("--pack-gap", type=float, default=0.0,
@@ -285,7 +288,7 @@ def main() -> None:
                          burn_in=args.burn_in, train_length=args.train_length,
                          batch_size=args.batch, replay_size=args.replay,
                          n_step=args.n_step, warmup_epochs=20, epochs=args.chunk_epochs,
-                         actor_average=args.actor_average,
+                         actor_average=args.actor_average, actor_cvar=args.actor_cvar,
                          host_updates=args.host_updates == "on" or (args.host_updates == "auto" and pixels
                                                                     and jax.default_backend() == "cpu"))
     trainer = make_train(config, env, params, bank)

@@ -31,6 +31,11 @@ class TrainConfig:
     # evaluation, checkpoint selection and the saved agents use the average (`TrainState.policy_actor`).
     # Static: each value compiles its own programs (it is not an HParams field, swept per run).
     actor_average: float = 0.0
+    # Risk-averse actor: it maximises the mean of the lowest `actor_cvar` share of the critic's
+    # quantiles (the CVaR of the return), so rare costly outcomes (a contact, a course-out) weigh
+    # more than their probability. 1: the mean of all of them (QR-SAC as usual). The critics are
+    # unchanged. Static, like actor_average.
+    actor_cvar: float = 1.0
     # Each update its own jitted call from a host loop, not a scan inside `learn`: XLA:CPU
     # differentiates a convolution inside a loop ~25x slower (README, "The pixel actor on CPU").
     # Split programs only (`train_many(fused=False)`); the results are the same.
@@ -45,6 +50,8 @@ class TrainConfig:
             raise ValueError(f"burn_in and reinit_every must be >= 0: got {self.burn_in}, {self.reinit_every}")
         if not 0.0 <= self.actor_average < 1.0:
             raise ValueError(f"actor_average must be in [0, 1) (0: no averaging), got {self.actor_average}")
+        if not 0.0 < self.actor_cvar <= 1.0:
+            raise ValueError(f"actor_cvar must be in (0, 1] (1: risk-neutral), got {self.actor_cvar}")
 
     @property
     def trained_steps(self) -> int:

@@ -7,6 +7,7 @@ batch of replayed sequences (in the style of brax's SAC `make_losses`).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -62,9 +63,22 @@ def critic_target(next_quantiles_1: jax.Array, next_quantiles_2: jax.Array, next
     return jax.lax.stop_gradient(reward + discount * (next_q - alpha * next_log_prob))
 
 
-def policy_loss(quantiles_1: jax.Array, quantiles_2: jax.Array, log_prob: jax.Array, alpha: jax.Array) -> jax.Array:
-    """f32[]: alpha log pi(a|s) - min over the critics of the mean of quantiles, a ~ pi(s)."""
-    q = jnp.minimum(jnp.mean(quantiles_1), jnp.mean(quantiles_2))
+def lower_tail_mean(quantiles: jax.Array, level: float) -> jax.Array:
+    """f32[]: the CVaR of the return at `level` from K quantiles f32[K]: the mean of the lowest
+    `level` share of the distribution, each quantile standing for 1/K of it (the one that straddles
+    the level counts in part). `level` 1 is the plain mean (risk-neutral). `level` is static."""
+    if level >= 1.0:
+        return jnp.mean(quantiles)
+    mass = level * quantiles.shape[-1]
+    weights = jnp.clip(mass - jnp.arange(quantiles.shape[-1], dtype=jnp.float32), 0.0, 1.0) / mass
+    return jnp.sum(jnp.sort(quantiles, axis=-1) * weights, axis=-1)
+
+
+def policy_loss(quantiles_1: jax.Array, quantiles_2: jax.Array, log_prob: jax.Array, alpha: jax.Array,
+                cvar: float = 1.0) -> jax.Array:
+    """f32[]: alpha log pi(a|s) - min over the critics of the value of a ~ pi(s), the value being
+    the mean of the lowest `cvar` share of its quantiles (1: all of them, the expected return)."""
+    q = jnp.minimum(lower_tail_mean(quantiles_1, cvar), lower_tail_mean(quantiles_2, cvar))
     return jax.lax.stop_gradient(alpha) * log_prob - q
 
 
@@ -195,7 +209,8 @@ def make_losses(config: TrainConfig, actor: Actor, critic: TwinCritic) -> Callab
                                    + jax.vmap(quantile_huber_loss)(q[1], target))
             action, logp = jax.vmap(sample_action)(mean, log_std, jax.random.split(k_pi, trained))
             q_pi = critic.apply(jax.lax.stop_gradient(critic_params), obs, action)  # trains the actor only
-            actor_loss = jnp.mean(jax.vmap(policy_loss, in_axes=(0, 0, 0, None))(q_pi[0], q_pi[1], logp, alpha))
+            actor_loss = jnp.mean(jax.vmap(functools.partial(policy_loss, cvar=config.actor_cvar),
+                                           in_axes=(0, 0, 0, None))(q_pi[0], q_pi[1], logp, alpha))
             alpha_loss = jnp.mean(jax.vmap(temperature_loss, in_axes=(None, 0, None))(
                 log_alpha, logp, hparams.target_entropy))
             return critic_loss, actor_loss, alpha_loss, jnp.max(jnp.abs(rewards))

@@ -83,6 +83,9 @@ class DesignConfig:
     # policy averaging (TrainConfig.actor_average): races, selection and the saved agents use a moving
     # average of the actor, moved this share of the way after each update; 0: the actor itself
     actor_average: float = 0.0
+    # a risk-averse actor (TrainConfig.actor_cvar): it maximises the mean of this lowest share of the
+    # critic's return quantiles; 1: their mean (risk-neutral)
+    actor_cvar: float = 1.0
     # evaluation, clips and judging
     eval_races: int = 2
     final_races: int = 3
@@ -141,6 +144,8 @@ class DesignConfig:
                 problems.append(f"chunk_epochs ({self.chunk_epochs}) must divide {name} ({getattr(self, name)})")
         if not 0.0 <= self.actor_average < 1.0:
             problems.append(f"actor_average must be in [0, 1) (0: no averaging; got {self.actor_average})")
+        if not 0.0 < self.actor_cvar <= 1.0:
+            problems.append(f"actor_cvar must be in (0, 1] (1: risk-neutral; got {self.actor_cvar})")
         for name in ("grid_start_prob", "corner_start_prob"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 problems.append(f"{name} must be in [0, 1] (got {getattr(self, name)})")

@@ -128,6 +128,18 @@ class Envs:
                    math.ceil(2.3 * ref_lap / dt))
 
 
+def train_config(c: DesignConfig, *, host_updates: bool = False):
+    """The `TrainConfig` of a design config's training jobs (the iterations'; the final job's
+    differs in epochs only)."""
+    from jaxrace.agents import NetworkConfig, TrainConfig
+
+    network = NetworkConfig(recurrent=c.recurrent, hidden=c.hidden, actor_input=c.actor_input)
+    return TrainConfig(network=network, num_envs=c.num_envs, rollout_steps=c.rollout_steps,
+                       updates_per_epoch=c.updates_per_epoch, batch_size=c.batch_size, replay_size=c.replay_size,
+                       n_step=c.n_step, warmup_epochs=c.warmup_epochs, epochs=c.epochs,
+                       actor_average=c.actor_average, actor_cvar=c.actor_cvar, host_updates=host_updates)
+
+
 def _start_sandbox_in_background() -> None:
     """Starts the reward sandbox's worker (a second of importing JAX) while the bootstrap runs.
 
@@ -461,16 +473,11 @@ class Loop:
         return RewardBank.from_compiled([load_reward(self.run.file(f"{folder}/{n}.jaxreward")) for n in names])
 
     def _trainer(self, k, bank):
-        from jaxrace.agents import NetworkConfig, TrainConfig
         from jaxrace.agents.trainer import Trainer, make_learner
 
         c = self.config
         if self._learner is None:
-            network = NetworkConfig(recurrent=c.recurrent, hidden=c.hidden, actor_input=c.actor_input)
-            config = TrainConfig(network=network, num_envs=c.num_envs, rollout_steps=c.rollout_steps,
-                                 updates_per_epoch=c.updates_per_epoch, batch_size=c.batch_size,
-                                 replay_size=c.replay_size, n_step=c.n_step, warmup_epochs=c.warmup_epochs,
-                                 epochs=c.epochs, actor_average=c.actor_average, host_updates=self._host_updates())
+            config = train_config(c, host_updates=self._host_updates())
             self._learner = make_learner(config, self.envs.train_env, self.envs.train_params)
         epochs = c.final_epochs if k == "final" else c.epochs
         return Trainer(self._learner, bank, dataclasses.replace(self._learner.config, epochs=epochs))

@@ -332,6 +332,20 @@ def _trial_cell(trial: dict, name: str) -> str:
     return f"{lap}, {outs} out{'s' if outs != 1 else ''}"
 
 
+def _training_notes(config) -> str:
+    """What a reader of the final section must know about how its agents were trained (empty if nothing)."""
+    out = []
+    if config.actor_average:
+        out.append(f"<p>Every agent raced in this run is a moving average of its actor's parameters (policy "
+                   f"averaging: {config.actor_average:g} of the way to the actor after each update); the actor "
+                   f"itself drove the training envs.</p>")
+    if config.actor_cvar < 1.0:
+        out.append(f"<p>The actors were trained risk-averse: each maximised the mean of the lowest "
+                   f"{config.actor_cvar:.0%} of its critic's return quantiles (their CVaR), not the mean of all "
+                   f"of them.</p>")
+    return "".join(out)
+
+
 def _final(run: RunDir) -> str:
     if not run.exists("final/race/metrics.json"):
         return '<h2 id="final">Final agent</h2><p class="note">not run yet</p>'
@@ -363,11 +377,7 @@ def _final(run: RunDir) -> str:
         out.append(f"<p>Each agent is its run's best checkpoint by the task: every {kept['every_chunks']} "
                    f"chunk(s) of training the policies raced {kept['races']} times on fields of their own, and "
                    f"the races were scored as the scripted judge scores a clip. Kept: {chosen}.</p>")
-    average = run.config().actor_average
-    if average:
-        out.append(f"<p>Every agent raced in this run is a moving average of its actor's parameters (policy "
-                   f"averaging: {average:g} of the way to the actor after each update); the actor itself drove "
-                   f"the training envs.</p>")
+    out.append(_training_notes(run.config()))
     if run.exists("final/train/curves.json"):
         out.append(_curves(run.read_json("final/train/curves.json")))
     videos = sorted(p.relative_to(run.path) for p in run.file("final/videos").glob("*"))

@@ -8,6 +8,7 @@ import pytest
 from jaxrace.agents.losses import (
     critic_target,
     huber,
+    lower_tail_mean,
     n_step_targets,
     policy_loss,
     quantile_huber_loss,
@@ -68,6 +69,23 @@ def test_critic_target_uses_the_critic_with_the_lower_mean_and_no_gradient():
     assert float(jax.grad(lambda q: critic_target(q, q2, 0.0, 0.0, 1.0, 0.1).sum())(q1).sum()) == 0.0
     # After a termination the discount is 0: the target is the reward alone.
     np.testing.assert_allclose(critic_target(q1, q2, 3.0, 1.5, 0.0, 0.2), 1.5)
+
+
+def test_lower_tail_mean_is_the_cvar_of_the_quantiles_and_its_gradient_reaches_only_the_tail():
+    q = jnp.array([5.0, -1.0, 3.0, 0.0])  # unsorted, as a critic's outputs may be
+    assert float(lower_tail_mean(q, 1.0)) == pytest.approx(1.75)
+    assert float(lower_tail_mean(q, 0.5)) == pytest.approx(-0.5)  # -1 and 0
+    assert float(lower_tail_mean(q, 0.75)) == pytest.approx(2.0 / 3.0)
+    assert float(lower_tail_mean(q, 0.1)) == pytest.approx(-1.0)  # inside the lowest quantile
+    assert float(lower_tail_mean(q, 0.375)) == pytest.approx((-1.0 + 0.5 * 0.0) / 1.5)  # half of the second
+    np.testing.assert_allclose(jax.grad(lower_tail_mean)(q, 0.5), [0.0, 0.5, 0.0, 0.5])
+    # The risk-averse policy loss takes the lower tail of each critic, then the lower critic.
+    q1, q2 = jnp.array([1.0, 3.0]), jnp.array([0.0, 2.0])
+    # means 2 and 1 (critic 2 is lower); tails 1 and 0: still critic 2, value 0.
+    assert float(policy_loss(q1, q2, jnp.float32(-2.0), jnp.float32(0.5), cvar=0.5)) == pytest.approx(-1.0 - 0.0)
+    q3 = jnp.array([-4.0, 10.0])  # mean 3 > critic 1's 2, but its tail -4 is lower
+    assert float(policy_loss(q1, q3, jnp.float32(0.0), jnp.float32(0.5))) == pytest.approx(-2.0)
+    assert float(policy_loss(q1, q3, jnp.float32(0.0), jnp.float32(0.5), cvar=0.5)) == pytest.approx(4.0)
 
 
 def test_policy_and_temperature_losses():

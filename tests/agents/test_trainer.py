@@ -119,6 +119,26 @@ def test_a_short_training_chunk_is_bit_identical_to_the_pinned_one(trainer):
     assert got == TRAINING_DIGEST, f"training digest {got} != pinned {TRAINING_DIGEST}"
 
 
+def test_a_risk_averse_actor_changes_the_actor_update_and_not_the_critics(setup, trainer):
+    """TrainConfig.actor_cvar reaches the actor's loss: one update from the same state moves the
+    actor differently, and the critics and the temperature the same (their losses do not use it)."""
+    env, params, bank = setup
+    state, _, _ = train_many(trainer, jax.random.key(1), [0, 0], chunk_epochs=2)  # the pinned job: no compile
+    run = jax.tree.map(lambda x: x[0], state)
+    risky = make_train(dataclasses.replace(trainer.config, actor_cvar=0.25), env, params, bank)
+    neutral, _ = jax.jit(trainer.learner.update)(run, HParams())
+    averse, _ = jax.jit(risky.learner.update)(run, HParams())
+    for a, b in zip(jax.tree.leaves((neutral.critic, neutral.log_alpha)),
+                    jax.tree.leaves((averse.critic, averse.log_alpha)), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)  # (two programs: rounding may differ)
+    gap = max(float(np.max(np.abs(a - b))) for a, b in zip(jax.tree.leaves(neutral.actor),
+                                                            jax.tree.leaves(averse.actor), strict=True))
+    assert gap > 1e-6
+    for level in (0.0, 1.5):
+        with pytest.raises(ValueError, match=r"actor_cvar must be in \(0, 1\]"):
+            TrainConfig(actor_cvar=level)
+
+
 def test_policy_averaging_keeps_a_moving_average_of_the_actor(setup, trainer):
     """TrainConfig.actor_average: after every update the average moves that share of the way to the
     actor; warm-up and a failed run leave it alone, and checkpoint selection is handed the average."""

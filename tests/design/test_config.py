@@ -35,6 +35,7 @@ def test_toml_then_options_override_the_preset(tmp_path):
     ('preset = "huge"\n', "unknown preset 'huge'"),
     ("corner_start_prob = 1.5\n", "corner_start_prob must be in \\[0, 1\\] \\(got 1.5\\)"),
     ("actor_average = 1.0\n", "actor_average must be in \\[0, 1\\) \\(0: no averaging; got 1.0\\)"),
+    ("actor_cvar = 0.0\n", "actor_cvar must be in \\(0, 1\\] \\(1: risk-neutral; got 0.0\\)"),
     ("corner_start_prob = 0.5\ntraffic_start_gap = 0.0\n", "corner_start_prob needs traffic_start_gap > 0"),
 ])
 def test_bad_configs_are_refused_with_the_field_named(tmp_path, text, message):
@@ -89,3 +90,14 @@ def test_the_actors_view_of_other_cars_reaches_training_and_races_alike():
         size = 4 * 30 + (6 if accel else 5) * envs.train_env.static.num_slots
         assert envs.train_env.observation_shapes()["privileged"] == (size,)
         assert envs.race_env.observation_shapes() == envs.train_env.observation_shapes()
+
+
+def test_the_training_jobs_take_every_training_field_of_the_design_config():
+    from jaxrace.design.loop import train_config
+
+    fields = dict(num_envs=8, rollout_steps=4, updates_per_epoch=3, batch_size=64, replay_size=1000, n_step=2,
+                  warmup_epochs=3, epochs=100, actor_average=0.01, actor_cvar=0.5)
+    c = dataclasses.replace(load_config("paper"), hidden=32, chunk_epochs=50, final_epochs=200, **fields)
+    t = train_config(c, host_updates=True)
+    assert {k: getattr(t, k) for k in fields} == fields
+    assert (t.network.hidden, t.network.recurrent, t.network.actor_input, t.host_updates) == (32, True, "pixels", True)
