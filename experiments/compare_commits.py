@@ -1,6 +1,6 @@
 """Two commits side by side: env step and training epoch (or reward compiles), in interleaved rounds.
 
-Usage: python experiments/compare_commits.py BASE [HEAD] [--rounds 3] [--what train|compile]
+Usage: python experiments/compare_commits.py BASE [HEAD] [--rounds 3] [--what train|compile] [--tag TAG]
 
 Each commit is checked out in a temporary git worktree and measured in fresh
 processes that import that worktree's jaxrace (PYTHONPATH first), alternating
@@ -135,6 +135,8 @@ def main() -> None:
     parser.add_argument("head", nargs="?", default="HEAD")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--what", choices=("train", "compile"), default="train")
+    parser.add_argument("--tag", default=None,
+                        help="results go to results/compare_commits[-compile]-<tag>.json (keeps earlier results)")
     args = parser.parse_args()
     snippet, metrics = (SNIPPET, METRICS) if args.what == "train" else (COMPILE_SNIPPET, COMPILE_METRICS)
     revs = {}
@@ -168,6 +170,8 @@ def main() -> None:
     print()
     print_table([f"median of {args.rounds} rounds", f"base {revs['base']}", f"head {revs['head']}", "change"], table)
     script = __file__ if args.what == "train" else __file__.replace(".py", "-compile.py")
+    if args.tag:
+        script = script.replace(".py", f"-{args.tag}.py")
     print(f"wrote {write_results(script, rows)}")
 
 

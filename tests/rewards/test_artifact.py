@@ -134,3 +134,38 @@ def test_an_artifact_with_a_foreign_custom_call_is_refused_by_the_caller(compile
                          params=art.params, forward=forged, weights_vjp=art.weights_vjp)
     with pytest.raises(ArtifactError, match="not a pure reward: it calls"):
         CompiledReward.from_artifact(bad)
+
+
+def test_the_export_shortcut_gives_the_same_bytes_and_is_undone(monkeypatch):
+    """`build._quick_batch_checks` skips a costly exception inside jax's export; the
+    exported modules must be byte for byte those of jax's own path, and jax must be
+    left as it was. (Trusted library source, so exporting in this process is fine.)"""
+    import contextlib
+
+    from jax._src.export import shape_poly
+
+    from jaxrace.rewards import build
+    from jaxrace.rewards.library import LIBRARY
+
+    source = LIBRARY["gt_sophy"]
+    info = build.check_policy(build.parse_program(source))
+    fn = build.execute_program(source, info)
+    names = build.trace_program(source, info, fn)
+    original = shape_poly._evaluate_multiply
+    calls = []
+
+    def counting(v1, v2):
+        calls.append(type(v1).__name__)
+        return original(v1, v2)
+
+    monkeypatch.setattr(shape_poly, "_evaluate_multiply", counting)
+    quick = build.export_program(source, info, fn, names)
+    assert shape_poly._evaluate_multiply is counting  # restored on exit
+    shortcut_missed = len(calls)
+    calls.clear()
+    monkeypatch.setattr(build, "_quick_batch_checks", contextlib.nullcontext)
+    plain = build.export_program(source, info, fn, names)
+    assert quick.forward == plain.forward and quick.weights_vjp == plain.weights_vjp
+    # jax's path evaluates b * 1 with a traced b for every one of the 55 + 57 inputs; the shortcut takes them
+    assert calls.count("DynamicJaxprTracer") >= 110
+    assert shortcut_missed < len(calls) - 110
