@@ -138,6 +138,8 @@ def main() -> None:
     parser.add_argument("--tag", default=None,
                         help="results go to results/compare_commits[-compile]-<tag>.json (keeps earlier results)")
     args = parser.parse_args()
+    if args.tag is not None and not args.tag.replace("-", "").replace("_", "").isalnum():
+        parser.error(f"--tag {args.tag!r}: letters, digits, '-' and '_' only (it names a results file)")
     snippet, metrics = (SNIPPET, METRICS) if args.what == "train" else (COMPILE_SNIPPET, COMPILE_METRICS)
     revs = {}
     with tempfile.TemporaryDirectory() as tmp:

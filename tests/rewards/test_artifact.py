@@ -169,3 +169,14 @@ def test_the_export_shortcut_gives_the_same_bytes_and_is_undone(monkeypatch):
     # jax's path evaluates b * 1 with a traced b for every one of the 55 + 57 inputs; the shortcut takes them
     assert calls.count("DynamicJaxprTracer") >= 110
     assert shortcut_missed < len(calls) - 110
+
+
+def test_the_export_shortcut_steps_aside_where_jax_lacks_its_private_names(monkeypatch):
+    from jax._src.export import shape_poly
+
+    from jaxrace.rewards import build
+
+    monkeypatch.delattr(shape_poly, "_evaluate_multiply")
+    with build._quick_batch_checks():
+        assert not hasattr(shape_poly, "_evaluate_multiply")
+    assert not hasattr(shape_poly, "_evaluate_multiply")
