@@ -108,9 +108,13 @@ def split_epochs(trainer: Trainer, state, hparams, reward_index, num_epochs: int
     return state, jax.tree.map(lambda *m: jnp.stack(m, axis=1), *metrics)
 
 
-def _committed(tree):
-    """The arrays pinned where they are: the first epoch's calls then match every later one's
-    (an uncommitted input is another entry in jit's dispatch cache, and another compile)."""
+def committed(tree):
+    """The arrays pinned where they are: the first chunk's calls then match every later one's.
+
+    A jitted `trainer.init` called on uncommitted inputs returns uncommitted arrays, while a
+    training chunk returns committed ones; jit compiles each kind apart, so a loop of chunks
+    that starts from the bare init state compiles its chunk twice.
+    """
     return jax.tree.map(lambda x: jax.device_put(x, x.sharding), tree)
 
 
@@ -190,7 +194,7 @@ def train_many(trainer: Trainer, key: jax.Array, reward_indices, seeds_per_rewar
         raise ValueError(f"{runs} runs cannot be split over the {run_sharding.mesh.size} devices of "
                          f"{jax.process_count()} processes: use a multiple of {run_sharding.mesh.size} runs")
     keys, hparams, reward_index = shard_envs((keys, hparams, reward_index), run_sharding, strict=False)
-    state = _committed(_init_runs(trainer.learner, keys, hparams.replace(reward_params=None)))
+    state = committed(_init_runs(trainer.learner, keys, hparams.replace(reward_params=None)))
     if keep is not None:
         keep.start(state.policy_actor, updates=len(range(0, epochs, chunk)))
     if fused and trainer.config.host_updates:
@@ -218,7 +222,7 @@ def train_many(trainer: Trainer, key: jax.Array, reward_indices, seeds_per_rewar
         restored = None if checkpointer is None else checkpointer.restore(job())
         if restored is not None:
             stored, start = restored
-            state, history = _committed(stored[0]), stored[1]
+            state, history = committed(stored[0]), stored[1]
             if keep is not None:
                 keep.load(stored[2])
         for done in range(start, epochs, chunk):

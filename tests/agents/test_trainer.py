@@ -10,6 +10,7 @@ from pins import digest
 
 import jaxrace
 from jaxrace.agents import HParams, TrainConfig, make_train, train_many
+from jaxrace.agents.runner import committed
 from jaxrace.rewards import RewardBank, compile_reward, library_reward
 
 # Within the compiler's magnitude limit at its default weight; a run given scale 1e9 diverges.
@@ -65,6 +66,21 @@ def test_vmapped_runs_differ_by_seed_and_match_the_unvmapped_run(trainer):
     leaves = jax.tree.leaves(jax.tree.map(lambda a, b: np.allclose(a[1], b, rtol=1e-3, atol=1e-5),
                                           states.actor, single_state.actor))
     assert all(leaves)
+
+
+def test_a_loop_of_chunks_from_a_committed_init_state_compiles_once(trainer):
+    """train_reference's loop: the jitted init's state is uncommitted, a chunk's output is
+    committed, and jit compiles the two apart; `committed` makes the first call the later ones'."""
+    hparams = HParams()
+    chunk = jax.jit(lambda s: trainer.run_epochs(s, hparams, 0, 1))
+    init = jax.jit(trainer.init)
+    bare = init(jax.random.key(3), hparams, 0)
+    chunk(chunk(bare)[0])
+    assert chunk._cache_size() == 2  # the hazard: one compile for the bare state, one for the rest
+    state = committed(init(jax.random.key(3), hparams, 0))
+    for _ in range(2):
+        state = chunk(state)[0]
+    assert chunk._cache_size() == 2  # the committed state took the chunk outputs' entry
 
 
 def test_host_updates_train_as_the_scan_of_updates_does(setup, trainer):
