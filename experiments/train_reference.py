@@ -371,13 +371,18 @@ def main() -> None:
     total_steps = chunks * args.chunk_epochs * steps_per_epoch
     kept_actor = jax.tree.map(lambda x: x[0], keep.actor)
     kept_steps = int(keep.epoch[0]) * steps_per_epoch
+    saved = {}
     if args.save:
-        try:
-            save_checkpoint(Path(args.save) / "final", state.policy_actor, chunks)
-            if keep.epoch[0] >= 0:
-                save_checkpoint(Path(args.save) / "kept", kept_actor, kept_steps)
-        except Exception as err:  # noqa: BLE001 (a failed save must not cost the assessment below)
-            print(f"could not save the actors to {args.save} ({type(err).__name__}: {err}); assessing them anyway")
+        wanted = {"final": (state.policy_actor, chunks)}
+        if keep.epoch[0] >= 0:
+            wanted["kept"] = (kept_actor, kept_steps)
+        for which, (actor, step) in wanted.items():
+            try:
+                saved[which] = str(save_checkpoint(Path(args.save) / which, actor, step))
+            except Exception as err:  # noqa: BLE001 (a failed save must not cost the assessment below)
+                saved[which] = None
+                print(f"could not save the {which} actor to {args.save} ({type(err).__name__}: {err}); "
+                      "assessing it anyway")
 
     final = final_assessment(state.policy_actor)
     tag = f"{track_name}: "
@@ -410,6 +415,8 @@ def main() -> None:
                  "value": [[int(n), round(p, 3), round(r, 3)] for n, p, r in curve]})
     rows.append({"name": "command-line options", "value": {k: v for k, v in vars(args).items() if k != "save"},
                  "unit": "options"})
+    if args.save:
+        rows.append({"name": "saved actors (null: the save failed)", "value": saved, "unit": "paths"})
     print_table(["measure", "value", "unit"], [[r["name"], r["value"], r["unit"]] for r in rows
                                                if r["unit"] not in ("list", "options")])
     print(f"final policy: {targets(final)}")

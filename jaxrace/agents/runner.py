@@ -111,8 +111,8 @@ def split_epochs(trainer: Trainer, state, hparams, reward_index, num_epochs: int
 def committed(tree):
     """The arrays pinned where they are: the first chunk's calls then match every later one's.
 
-    A jitted `trainer.init` called on uncommitted inputs returns uncommitted arrays, while a
-    training chunk returns committed ones; jit compiles each kind apart, so a loop of chunks
+    A jitted `trainer.init` called on uncommitted inputs returns uncommitted arrays, while the
+    trainer's chunks return committed ones; jit compiles each kind apart, so a loop of chunks
     that starts from the bare init state compiles its chunk twice.
     """
     return jax.tree.map(lambda x: jax.device_put(x, x.sharding), tree)
