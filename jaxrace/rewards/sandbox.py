@@ -26,6 +26,7 @@ import tempfile
 import threading
 import time
 import warnings
+from pathlib import Path
 
 DEFAULT_TIMEOUT_S = 20.0
 DEFAULT_MEMORY_GIB = 6.0
@@ -33,11 +34,35 @@ STARTUP_TIMEOUT_S = 120.0
 REPLY_MARGIN_S = 15.0  # the worker enforces the time limit; this only catches a worker that hangs
 PARALLEL = max(1, os.cpu_count() or 1)  # builds at once (each a child with its own memory limit)
 _ENV_KEPT = ("PATH", "LANG", "LC_ALL", "PYTHONPATH", "SYSTEMROOT")
+DIR_PREFIX = "jaxrace-reward-sandbox-"  # then the caller's pid, "-" and mkdtemp's random letters
+
+
+def remove_stale_dirs() -> list[Path]:
+    """Remove the private directories of workers whose caller has died; returns them.
+
+    A caller killed with SIGKILL never runs its exit handler, and the confined worker
+    cannot remove its own directory (it may write only inside it), so the next worker
+    to start tidies up: this user's directories whose caller's pid no longer runs.
+    """
+    removed = []
+    for path in Path(tempfile.gettempdir()).glob(f"{DIR_PREFIX}*-*"):
+        pid = path.name[len(DIR_PREFIX):].split("-", 1)[0]
+        try:
+            if not pid.isdigit() or path.stat().st_uid != os.getuid():
+                continue
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+        except OSError:  # alive under another user, or gone meanwhile
+            continue
+    return removed
 
 
 class _Worker:
     def __init__(self):
-        self.dir = tempfile.mkdtemp(prefix="jaxrace-reward-sandbox-")
+        remove_stale_dirs()
+        self.dir = tempfile.mkdtemp(prefix=f"{DIR_PREFIX}{os.getpid()}-")
         self.stderr = tempfile.TemporaryFile()
         env = {k: os.environ[k] for k in _ENV_KEPT if k in os.environ}
         # One XLA thread, one BLAS thread and two malloc arenas: programs run on a few

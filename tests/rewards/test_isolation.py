@@ -77,3 +77,32 @@ def test_the_worker_reports_its_isolation_and_holds_no_secrets_from_the_environm
         assert b"jaxrace-reward-sandbox-" in environ[b"HOME"] and environ[b"HOME"] == environ[b"TMPDIR"]
     finally:
         sandbox.shutdown()
+
+
+KILLED_CALLER = """
+import os, sys, time
+import jaxrace.rewards.sandbox as sandbox
+sandbox.isolation()
+environ = open(f"/proc/{sandbox.worker_pid()}/environ", "rb").read().split(bytes(1))
+print(next(v for v in environ if v.startswith(b"HOME=")).decode()[5:], flush=True)
+time.sleep(120)
+"""
+
+
+def test_a_killed_callers_private_directory_is_removed_when_the_next_worker_starts():
+    proc = subprocess.Popen([sys.executable, "-c", KILLED_CALLER], stdout=subprocess.PIPE, text=True)
+    try:
+        private = proc.stdout.readline().strip()
+    finally:
+        proc.kill()  # SIGKILL: no exit handler runs
+        proc.wait(timeout=30)
+    assert os.path.basename(private).startswith(f"{sandbox.DIR_PREFIX}{proc.pid}-") and os.path.isdir(private)
+    alive = sandbox.tempfile.mkdtemp(prefix=f"{sandbox.DIR_PREFIX}{os.getpid()}-")  # a live caller's: kept
+    sandbox.shutdown()
+    try:
+        sandbox.isolation()
+        assert not os.path.exists(private)
+        assert os.path.isdir(alive)
+    finally:
+        sandbox.shutdown()
+        os.rmdir(alive)
