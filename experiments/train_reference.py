@@ -200,6 +200,9 @@ def main() -> None:
     parser.add_argument("--burn-in", type=int, default=8, help="pixels: replayed steps that warm the GRU")
     parser.add_argument("--train-length", type=int, default=16, help="pixels: trained steps per sequence")
     parser.add_argument("--hidden", type=int, default=128)
+    parser.add_argument("--reinit-every", type=int, default=0, metavar="EPOCHS",
+                        help="re-initialise the networks and optimisers every this many epochs, keeping replay "
+                             "and temperature (primacy bias; 0: never)")
     parser.add_argument("--critic-layer-norm", action="store_true", help="LayerNorm in the critics' hidden layers")
     parser.add_argument("--updates", type=int, default=16, help="gradient updates per epoch (envs x 8 steps)")
     parser.add_argument("--batch", type=int, default=256)
@@ -289,6 +292,7 @@ def main() -> None:
                          batch_size=args.batch, replay_size=args.replay,
                          n_step=args.n_step, warmup_epochs=20, epochs=args.chunk_epochs,
                          actor_average=args.actor_average, actor_cvar=args.actor_cvar,
+                         reinit_every=args.reinit_every,
                          host_updates=args.host_updates == "on" or (args.host_updates == "auto" and pixels
                                                                     and jax.default_backend() == "cpu"))
     trainer = make_train(config, env, params, bank)

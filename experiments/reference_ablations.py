@@ -1,0 +1,184 @@
+"""Issue 16's ablations at a glance: every paired comparison of `train_reference.py` runs, in one table.
+
+Reads the runs' results (`results/train_reference-<tag>.json`, written by the runs themselves;
+nothing is trained here) and compares each change with the runs it changed, seed by seed:
+
+- *second half*: the mean over the checkpoint evaluations in the second half of a run (mean
+  finishing position, at-fault contacts and course-outs per race on the selection races, time-trial
+  course-outs per evaluation), a steadier view of a run than one checkpoint;
+- *kept targets*: how many of issue 16's four targets (`jaxrace.agents.selection.Targets`) the kept
+  checkpoint meets on the 20 assessment races, summed over the seeds (4 per seed).
+
+Each row is the mean over its seeds of (change - baseline): negative is better for every
+second-half measure. Host-side only.
+
+    python experiments/reference_ablations.py
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass
+
+from common import RESULTS, print_table, write_results
+
+from jaxrace.agents.selection import Assessment, Targets
+
+
+@dataclass(frozen=True)
+class Ablation:
+    change: str
+    baseline: str  # what the change is made to
+    pairs: tuple[tuple[str, str], ...]  # (change's tag, baseline's tag), one per seed
+    verdict: str
+
+
+def _seeds(change: str, baseline: str, runs: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+    return tuple((change.format(r), baseline.format(r)) for r in runs)
+
+
+GP23 = ("gp-E-envs32-avg{}-seed2", "gp-E-envs32-avg{}-seed3")
+AVG = "policy averaging 3e-4 (32 envs, recipe E)"
+
+ABLATIONS = (
+    Ablation("32 envs, half the updates per env step", "recipe E (16 envs)",
+             (("gp-E-envs32-seed2", "gp-E-seed2"), ("gp-E-envs32-seed3", "gp-E-seed3"),
+              ("gp-E-envs32-seed1", "gp-E"), ("brands-E-envs32-seed1", "brands-E-seed1"),
+              ("brands-E-envs32-seed2", "brands-E-seed2"), ("brands-E-envs32-seed3", "brands-E-seed3")),
+             "kept: twice the env steps at the same cost"),
+    Ablation("learning rates decay over the second half", "recipe E (16 envs)",
+             (("gp-E-lrdecay-seed2", "gp-E-seed2"), ("gp-E-lrdecay-seed3", "gp-E-seed3")),
+             "dropped: the final policies no steadier"),
+    Ablation("policy averaging 3e-4", "32 envs, recipe E, the fixed grid draw",
+             (("gp-E-envs32-avg-seed2", "gp-E-envs32-gridkey-seed2"),
+              ("gp-E-envs32-avg-seed3", "gp-E-envs32-gridkey-seed3")),
+             "kept: the same training, a better raced policy"),
+    Ablation("brake lights in the observation", "32 envs, recipe E, the fixed grid draw",
+             (("gp-E-envs32-accel-seed2", "gp-E-envs32-gridkey-seed2"),
+              ("gp-E-envs32-accel-seed3", "gp-E-envs32-gridkey-seed3")),
+             "dropped: one seed better, one worse"),
+    Ablation("corner starts 0.5", "32 envs, recipe E (older grid draw)",
+             (("gp-E-envs32-corner05-seed2", "gp-E-envs32-seed2"),
+              ("gp-E-envs32-corner05-seed3", "gp-E-envs32-seed3")),
+             "dropped: faster, not cleaner"),
+    Ablation("grid starts 0.6 (against 0.3)", "32 envs, recipe E (older grid draw)",
+             (("gp-E-envs32-grid06-seed2", "gp-E-envs32-seed2"),),
+             "dropped: cleaner by running at the back"),
+    Ablation("contact weights x3", "32 envs, recipe E (older grid draw)",
+             (("gp-E-envs32-contact300-seed3", "gp-E-envs32-seed3"),),
+             "dropped: cleaner by not racing"),
+    Ablation("averaging rate 1e-3", AVG,
+             _seeds("gp-E-envs32-avg1e-3-seed{}", "gp-E-envs32-avg-seed{}", (2, 3)),
+             "dropped: 3e-4 races better"),
+    Ablation("risk-averse actor (CVaR 0.5)", AVG,
+             _seeds("gp-E-envs32-avg-cvar05-seed{}", "gp-E-envs32-avg-seed{}", (2, 3)),
+             "dropped: cleaner by racing less"),
+    Ablation("no closing term (w_close=0)", AVG,
+             _seeds("gp-E-envs32-avg-noclose-seed{}", "gp-E-envs32-avg-seed{}", (2, 3, 1))
+             + (("brands-E-envs32-avg-noclose-seed1", "brands-E-envs32-avg-seed1"),),
+             "dropped: seeds disagree"),
+    Ablation("both cores for one run", AVG,
+             _seeds("gp-E-envs32-avg-2cores-seed{}", "gp-E-envs32-avg-seed{}", (2, 3)),
+             "not adopted: 1.34x the steps, seeds disagree"),
+    Ablation("256 hidden units (against 128)", AVG,
+             _seeds("gp-E-envs32-avg-h256-seed{}", "gp-E-envs32-avg-seed{}", (1, 2, 3))
+             + (("brands-E-envs32-avg-h256-seed1", "brands-E-envs32-avg-seed1"),),
+             "dropped: faster laps, fewer kept targets"),
+    Ablation("3-step returns (against 5)", AVG,
+             _seeds("gp-E-envs32-avg-nstep3-seed{}", "gp-E-envs32-avg-seed{}", (2, 3)),
+             "dropped: seeds disagree"),
+    Ablation("8 updates per epoch (against 16)", AVG,
+             _seeds("gp-E-envs32-avg-upd8-seed{}", "gp-E-envs32-avg-seed{}", (2, 3)),
+             "dropped: 1.8x the steps, races further back"),
+    Ablation("reward scale 0.03 (against 0.1)", AVG,
+             _seeds("gp-E-envs32-avg-scale003-seed{}", "gp-E-envs32-avg-seed{}", (2, 3)), ""),
+    Ablation("discount 0.995 (against 0.99)", AVG,
+             _seeds("gp-E-envs32-avg-disc0995-seed{}", "gp-E-envs32-avg-seed{}", (2, 3)), ""),
+)
+
+SECOND_HALF = ("mean position", "at-fault contacts per race", "course-outs per race",
+               "time-trial course-outs per evaluation")
+UNITS = ("position", "contacts", "course-outs", "course-outs")
+
+
+def load(tag: str) -> dict | None:
+    """A run's rows by name (without the circuit's prefix); None if the run has no results."""
+    path = RESULTS / f"train_reference-{tag}.json"
+    if not path.exists():
+        return None
+    rows = json.loads(path.read_text())["rows"]
+    return {row["name"].split(": ", 1)[-1]: row["value"] for row in rows}
+
+
+def second_half(run: dict) -> list[float | None]:
+    """The four second-half measures, or None where the run has none (cut off before it wrote them)."""
+    out = []
+    for measure in SECOND_HALF:
+        prefix = "second half of training, " if measure.startswith("time-trial") else \
+            "second half of training, checkpoint races: "
+        out.append(run.get(prefix + measure))
+    return out
+
+
+def kept_targets(run: dict) -> int:
+    """Issue 16's targets the kept checkpoint meets on the assessment races (0-4)."""
+    k = "kept checkpoint: "
+    assessment = Assessment(lap=run[k + "time-trial best lap"], lap_gap=run[k + "time-trial lap vs reference"],
+                            lap_outs=run[k + "time-trial course-outs"],
+                            positions=tuple(run[k + "races, finishing positions"]),
+                            at_fault=run[k + "races, collisions at fault (total)"],
+                            course_outs=run[k + "races, course-outs (total)"])
+    return sum(assessment.met(Targets()).values())
+
+
+def mean(values: list[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def summarise(ablation: Ablation) -> dict | None:
+    """Mean differences over the seeds both runs have; None if no pair has results yet."""
+    pairs = [(load(c), load(b)) for c, b in ablation.pairs]
+    pairs = [(c, b) for c, b in pairs if c is not None and b is not None]
+    if not pairs:
+        return None
+    deltas = []
+    for i in range(len(SECOND_HALF)):
+        d = [c_i - b_i for c, b in pairs
+             for c_i, b_i in [(second_half(c)[i], second_half(b)[i])] if c_i is not None and b_i is not None]
+        deltas.append(mean(d))
+    return {"seeds": len(pairs), "deltas": deltas,
+            "kept_change": sum(kept_targets(c) for c, _ in pairs),
+            "kept_baseline": sum(kept_targets(b) for _, b in pairs),
+            "steps_ratio": mean([c["env steps trained"] / b["env steps trained"] for c, b in pairs
+                                  if "env steps trained" in c and "env steps trained" in b])}
+
+
+def main() -> None:
+    table, rows = [], []
+    for ab in ABLATIONS:
+        s = summarise(ab)
+        if s is None:
+            print(f"(no results yet for: {ab.change})", file=sys.stderr)
+            continue
+        fmt = ["-" if d is None else f"{d:+.2f}" for d in s["deltas"]]
+        steps = "-" if s["steps_ratio"] is None else f"{s['steps_ratio']:.2f}"
+        table.append([ab.change, ab.baseline, s["seeds"], steps, *fmt,
+                      f"{s['kept_change']} vs {s['kept_baseline']} of {4 * s['seeds']}", ab.verdict or "(new)"])
+        name = ab.change
+        rows += [{"name": f"{name}: seeds", "value": s["seeds"], "unit": "seeds"},
+                 {"name": f"{name}: kept targets met, change", "value": s["kept_change"], "unit": "targets"},
+                 {"name": f"{name}: kept targets met, baseline", "value": s["kept_baseline"], "unit": "targets"}]
+        if s["steps_ratio"] is not None:
+            rows.append({"name": f"{name}: env steps against the baseline's", "value": round(s["steps_ratio"], 3),
+                         "unit": "x"})
+        rows += [{"name": f"{name}: second half, {m}, change - baseline", "value": round(d, 3), "unit": unit}
+                 for m, d, unit in zip(SECOND_HALF, s["deltas"], UNITS, strict=True) if d is not None]
+    print_table(["change", "made to", "seeds", "env steps x", "second half: mean position",
+                 "at fault per race", "course-outs per race", "time-trial outs", "kept targets met", "verdict"],
+                table)
+    print("wrote", write_results(__file__, rows))
+
+
+if __name__ == "__main__":
+    main()
