@@ -83,6 +83,9 @@ def result_rows(prefix: str, a: Assessment) -> list[dict]:
         {"name": f"{prefix}races, finishing positions", "value": list(a.positions), "unit": "position"},
         {"name": f"{prefix}races, collisions at fault (total)", "value": a.at_fault, "unit": "count"},
         {"name": f"{prefix}races, course-outs (total)", "value": a.course_outs, "unit": "count"},
+        {"name": f"{prefix}races, course-outs by race", "value": list(a.outs_by_race), "unit": "list"},
+        {"name": f"{prefix}races, finished (1) or out of time (0)", "value": [int(f) for f in a.finished],
+         "unit": "list"},
     ]
 
 

@@ -43,6 +43,8 @@ class Assessment:
     positions: tuple[int, ...]  # finishing position in each race
     at_fault: int  # at-fault contacts over all races
     course_outs: int  # over all races
+    finished: tuple[bool, ...] = ()  # each race: all its laps done before the time ran out
+    outs_by_race: tuple[int, ...] = ()  # each race's course-outs
 
     @property
     def races(self) -> int:
@@ -101,7 +103,9 @@ def assess(trainer, actors, ref_lap: float, key: jax.Array, *, tt_env=None, tt_p
     return [Assessment(lap=lap, lap_gap=None if lap is None else 100.0 * (lap / ref_lap - 1.0), lap_outs=outs,
                        positions=tuple(m.finishing_position for m in per_run),
                        at_fault=sum(m.collisions_at_fault for m in per_run),
-                       course_outs=sum(m.course_outs for m in per_run))
+                       course_outs=sum(m.course_outs for m in per_run),
+                       finished=tuple(bool(m.finished) for m in per_run),
+                       outs_by_race=tuple(int(m.course_outs) for m in per_run))
             for (lap, outs), per_run in zip(laps, races, strict=True)]
 
 

@@ -408,3 +408,22 @@ def test_keep_best_keeps_each_runs_best_checkpoint_and_a_resumed_job_keeps_it(tr
     sparse = KeepBest(score, every=2)
     train_many(trainer, jax.random.key(8), [0, 0], chunk_epochs=2, keep=sparse)
     assert sparse.epoch.tolist() == [4, 4] and [e for e, _ in sparse.history] == [4]
+
+
+def test_assess_reports_each_race_as_its_totals_do(setup, trainer):
+    """selection.assess: per-race finishes and course-outs, consistent with the totals (the
+    train_reference results list them, to tell a slow race from one that ran out of time)."""
+    from jaxrace.agents.evaluation import evaluate
+    from jaxrace.agents.selection import assess
+    from jaxrace.envs import race_fields
+
+    env, params, _ = setup  # a time trial as the "race": the trainer's observation shape
+    fields = race_fields(params, jax.random.key(5), 3)
+    actors = jax.tree.map(lambda x: x[None], trainer.init(jax.random.key(4), HParams(), 0).actor)
+    key = jax.random.key(6)
+    (got,) = assess(trainer, actors, 36.0, key, race_env=env, race_fields=fields, race_steps=60)
+    races = evaluate(trainer, actors, env, fields, jax.random.split(key)[1], 60, num_races=3,
+                     params_per_race=True).metrics[0]
+    assert got.finished == (False, False, False)  # 6 s of a 36 s lap
+    assert got.outs_by_race == tuple(m.course_outs for m in races) and sum(got.outs_by_race) == got.course_outs
+    assert got.positions == tuple(m.finishing_position for m in races) and got.lap is None
