@@ -92,7 +92,9 @@ ABLATIONS = (
              _seeds("gp-E-envs32-avg-upd8-seed{}", "gp-E-envs32-avg-seed{}", (2, 3)),
              "dropped: 1.8x the steps, races further back"),
     Ablation("reward scale 0.03 (against 0.1)", AVG,
-             _seeds("gp-E-envs32-avg-scale003-seed{}", "gp-E-envs32-avg-seed{}", (2, 3)), ""),
+             _seeds("gp-E-envs32-avg-scale003-seed{}", "gp-E-envs32-avg-seed{}", (2, 3, 1))
+             + (("brands-E-envs32-avg-scale003-seed1", "brands-E-envs32-avg-seed1"),),
+             "dropped: seeds disagree"),
     Ablation("discount 0.995 (against 0.99)", AVG,
              _seeds("gp-E-envs32-avg-disc0995-seed{}", "gp-E-envs32-avg-seed{}", (2, 3)),
              "dropped: cleaner by racing slower"),
