@@ -212,6 +212,9 @@ def main() -> None:
     parser.add_argument("--replay", type=int, default=300_000, help="replay capacity (transitions)")
     parser.add_argument("--no-terminate-on-course-out", dest="terminate_on_course_out", action="store_false",
                         help="keep training episodes going after a course-out (the reward's penalty only)")
+    parser.add_argument("--keep-going", type=float, default=0.0, metavar="SHARE",
+                        help="share of the training envs, alone and in traffic alike, whose episodes go on after a "
+                             "course-out (the reward's penalty only), so the agent learns to rejoin the track")
     parser.add_argument("--train-course-out-margin", type=float, default=1.0,
                         help="m beyond the edge that ends a training episode (the races and time trial use 1.0)")
     parser.add_argument("--steer-lock-speed", type=float, default=20.0,
@@ -250,6 +253,8 @@ def main() -> None:
         parser.error(f"--grid-prob must be in [0, 1], got {args.grid_prob}")
     if not 0.0 <= args.corner_prob <= 1.0:
         parser.error(f"--corner-prob must be in [0, 1], got {args.corner_prob}")
+    if not 0.0 <= args.keep_going <= 1.0:
+        parser.error(f"--keep-going must be in [0, 1], got {args.keep_going}")
     if args.corner_prob and not args.pack_gap:
         parser.error("--corner-prob needs --pack-gap: only packed traffic starts can start at a corner")
 
@@ -273,6 +278,11 @@ def main() -> None:
     per_env = dict(num_active_opponents=[0] * alone + [7] * (num_envs - alone),
                    random_start_gap=[0.0] * alone + [args.pack_gap] * (num_envs - alone),
                    time_limit=[1.6 * ref_lap] * alone + [traffic_limit] * (num_envs - alone))
+    if args.keep_going:
+        def ending(envs: int) -> list[bool]:  # the last `--keep-going` share of a group drives on
+            on = round(args.keep_going * envs)
+            return [args.terminate_on_course_out] * (envs - on) + [False] * on
+        per_env["terminate_on_course_out"] = ending(alone) + ending(num_envs - alone)
     if args.ai_aggression == "varied":
         per_env["aggression"] = jax.random.uniform(k_train_ai, (num_envs, env.static.num_cars))
     params = per_env_params(params, num_envs, **per_env)
