@@ -98,6 +98,9 @@ ABLATIONS = (
     Ablation("discount 0.995 (against 0.99)", AVG,
              _seeds("gp-E-envs32-avg-disc0995-seed{}", "gp-E-envs32-avg-seed{}", (2, 3)),
              "dropped: cleaner by racing slower"),
+    Ablation("a quarter of the envs drive on after a course-out", AVG,
+             _seeds("gp-E-envs32-avg-keepgoing025-seed{}", "gp-E-envs32-avg-seed{}", (2, 3)),
+             "dropped: leaves the track more"),
 )
 
 SECOND_HALF = ("mean position", "at-fault contacts per race", "course-outs per race",
