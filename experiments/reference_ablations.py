@@ -38,8 +38,15 @@ def _seeds(change: str, baseline: str, runs: tuple[str, ...]) -> tuple[tuple[str
     return tuple((change.format(r), baseline.format(r)) for r in runs)
 
 
-GP23 = ("gp-E-envs32-avg{}-seed2", "gp-E-envs32-avg{}-seed3")
 AVG = "policy averaging 3e-4 (32 envs, recipe E)"
+
+
+def _vs_averaged(change: str, suffix: str, gp_seeds: tuple[int, ...], verdict: str, brands: bool = False) -> Ablation:
+    """A change made to the averaged runs: tags gp-E-envs32-avg<suffix>-seed<n> (and BrandsHatch seed 1)."""
+    pairs = _seeds(f"gp-E-envs32-avg{suffix}-seed{{}}", "gp-E-envs32-avg-seed{}", gp_seeds)
+    if brands:
+        pairs += ((f"brands-E-envs32-avg{suffix}-seed1", "brands-E-envs32-avg-seed1"),)
+    return Ablation(change, AVG, pairs, verdict)
 
 ABLATIONS = (
     Ablation("32 envs, half the updates per env step", "recipe E (16 envs)",
@@ -68,39 +75,18 @@ ABLATIONS = (
     Ablation("contact weights x3", "32 envs, recipe E (older grid draw)",
              (("gp-E-envs32-contact300-seed3", "gp-E-envs32-seed3"),),
              "dropped: cleaner by not racing"),
-    Ablation("averaging rate 1e-3", AVG,
-             _seeds("gp-E-envs32-avg1e-3-seed{}", "gp-E-envs32-avg-seed{}", (2, 3)),
-             "dropped: 3e-4 races better"),
-    Ablation("risk-averse actor (CVaR 0.5)", AVG,
-             _seeds("gp-E-envs32-avg-cvar05-seed{}", "gp-E-envs32-avg-seed{}", (2, 3)),
-             "dropped: cleaner by racing less"),
-    Ablation("no closing term (w_close=0)", AVG,
-             _seeds("gp-E-envs32-avg-noclose-seed{}", "gp-E-envs32-avg-seed{}", (2, 3, 1))
-             + (("brands-E-envs32-avg-noclose-seed1", "brands-E-envs32-avg-seed1"),),
-             "dropped: seeds disagree"),
-    Ablation("both cores for one run", AVG,
-             _seeds("gp-E-envs32-avg-2cores-seed{}", "gp-E-envs32-avg-seed{}", (2, 3)),
-             "not adopted: 1.34x the steps, seeds disagree"),
-    Ablation("256 hidden units (against 128)", AVG,
-             _seeds("gp-E-envs32-avg-h256-seed{}", "gp-E-envs32-avg-seed{}", (1, 2, 3))
-             + (("brands-E-envs32-avg-h256-seed1", "brands-E-envs32-avg-seed1"),),
-             "dropped: faster laps, fewer kept targets"),
-    Ablation("3-step returns (against 5)", AVG,
-             _seeds("gp-E-envs32-avg-nstep3-seed{}", "gp-E-envs32-avg-seed{}", (2, 3)),
-             "dropped: seeds disagree"),
-    Ablation("8 updates per epoch (against 16)", AVG,
-             _seeds("gp-E-envs32-avg-upd8-seed{}", "gp-E-envs32-avg-seed{}", (2, 3)),
-             "dropped: 1.8x the steps, races further back"),
-    Ablation("reward scale 0.03 (against 0.1)", AVG,
-             _seeds("gp-E-envs32-avg-scale003-seed{}", "gp-E-envs32-avg-seed{}", (2, 3, 1))
-             + (("brands-E-envs32-avg-scale003-seed1", "brands-E-envs32-avg-seed1"),),
-             "dropped: seeds disagree"),
-    Ablation("discount 0.995 (against 0.99)", AVG,
-             _seeds("gp-E-envs32-avg-disc0995-seed{}", "gp-E-envs32-avg-seed{}", (2, 3)),
-             "dropped: cleaner by racing slower"),
-    Ablation("a quarter of the envs drive on after a course-out", AVG,
-             _seeds("gp-E-envs32-avg-keepgoing025-seed{}", "gp-E-envs32-avg-seed{}", (2, 3)),
-             "dropped: leaves the track more"),
+    _vs_averaged("averaging rate 1e-3", "1e-3", (2, 3), "dropped: 3e-4 races better"),
+    _vs_averaged("risk-averse actor (CVaR 0.5)", "-cvar05", (2, 3), "dropped: cleaner by racing less"),
+    _vs_averaged("no closing term (w_close=0)", "-noclose", (2, 3, 1), "dropped: seeds disagree", brands=True),
+    _vs_averaged("both cores for one run", "-2cores", (2, 3), "not adopted: 1.34x the steps, seeds disagree"),
+    _vs_averaged("256 hidden units (against 128)", "-h256", (1, 2, 3), "dropped: faster laps, fewer kept targets",
+                 brands=True),
+    _vs_averaged("3-step returns (against 5)", "-nstep3", (2, 3), "dropped: seeds disagree"),
+    _vs_averaged("8 updates per epoch (against 16)", "-upd8", (2, 3), "dropped: 1.8x the steps, races further back"),
+    _vs_averaged("reward scale 0.03 (against 0.1)", "-scale003", (2, 3, 1), "dropped: seeds disagree", brands=True),
+    _vs_averaged("discount 0.995 (against 0.99)", "-disc0995", (2, 3), "dropped: cleaner by racing slower"),
+    _vs_averaged("a quarter of the envs drive on after a course-out", "-keepgoing025", (2, 3),
+                 "dropped: leaves the track more"),
 )
 
 SECOND_HALF = ("mean position", "at-fault contacts per race", "course-outs per race",
