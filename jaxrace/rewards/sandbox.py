@@ -33,7 +33,7 @@ DEFAULT_MEMORY_GIB = 6.0
 STARTUP_TIMEOUT_S = 120.0
 REPLY_MARGIN_S = 15.0  # the worker enforces the time limit; this only catches a worker that hangs
 PARALLEL = max(1, os.cpu_count() or 1)  # builds at once (each a child with its own memory limit)
-_ENV_KEPT = ("PATH", "LANG", "LC_ALL", "PYTHONPATH", "SYSTEMROOT")
+_ENV_KEPT = ("PATH", "LANG", "LC_ALL", "SYSTEMROOT")
 DIR_PREFIX = "jaxrace-reward-sandbox-"  # then the caller's pid, "-" and mkdtemp's random letters
 
 
@@ -59,12 +59,28 @@ def remove_stale_dirs() -> list[Path]:
     return removed
 
 
+def worker_pythonpath() -> str:
+    """The worker's PYTHONPATH: the caller's, each entry made absolute, then this jaxrace's root.
+
+    The worker runs in its private directory, where `.` or any relative entry names
+    nothing (a caller started with `PYTHONPATH=.` from a checkout would start a worker
+    that cannot import jaxrace). A jaxrace that is not installed is found where the
+    caller found it.
+    """
+    entries = [os.path.abspath(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    root = str(Path(__file__).resolve().parents[2])
+    if not {"site-packages", "dist-packages"} & set(Path(root).parts):
+        entries.append(root)
+    return os.pathsep.join(dict.fromkeys(entries))
+
+
 class _Worker:
     def __init__(self):
         remove_stale_dirs()
         self.dir = tempfile.mkdtemp(prefix=f"{DIR_PREFIX}{os.getpid()}-")
         self.stderr = tempfile.TemporaryFile()
         env = {k: os.environ[k] for k in _ENV_KEPT if k in os.environ}
+        env["PYTHONPATH"] = worker_pythonpath()
         # One XLA thread, one BLAS thread and two malloc arenas: programs run on a few
         # transitions, the server must stay single-threaded to fork, and a small
         # address-space footprint keeps the memory limit meaningful on many-core machines.
@@ -79,8 +95,11 @@ class _Worker:
         self.buffer = b""
         ready = self.read(time.monotonic() + STARTUP_TIMEOUT_S)
         if ready is None or not ready.get("ready"):
+            self.proc.kill()
+            self.proc.wait()
+            why = self.stderr_tail() or f"exit code {self.proc.returncode}, nothing on stderr"
             self.close()
-            raise RuntimeError(f"the reward sandbox did not start: {self.stderr_tail()}")
+            raise RuntimeError(f"the reward sandbox did not start: {why}")
         self.isolation = tuple(ready["isolation"])
         for warning in ready["warnings"]:
             warnings.warn(f"reward sandbox: {warning}", RuntimeWarning, stacklevel=4)

@@ -8,6 +8,7 @@ import sys
 
 import pytest
 
+import jaxrace
 import jaxrace.rewards.sandbox as sandbox
 from jaxrace.rewards import isolation
 
@@ -81,6 +82,7 @@ def test_the_worker_reports_its_isolation_and_holds_no_secrets_from_the_environm
 
 KILLED_CALLER = """
 import os, sys, time
+import jaxrace
 import jaxrace.rewards.sandbox as sandbox
 sandbox.isolation()
 environ = open(f"/proc/{sandbox.worker_pid()}/environ", "rb").read().split(bytes(1))
@@ -106,3 +108,25 @@ def test_a_killed_callers_private_directory_is_removed_when_the_next_worker_star
     finally:
         sandbox.shutdown()
         os.rmdir(alive)
+
+
+def test_the_worker_gets_the_callers_pythonpath_made_absolute(monkeypatch, tmp_path):
+    # The worker runs in its private directory: a caller started with PYTHONPATH=. from a
+    # checkout (jaxrace not installed) must still give it a path that finds jaxrace.
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([".", "rel/lib", "", "/abs/x"]))
+    entries = sandbox.worker_pythonpath().split(os.pathsep)
+    assert entries[:3] == [str(tmp_path), str(tmp_path / "rel" / "lib"), "/abs/x"]
+    root = os.path.dirname(os.path.dirname(os.path.abspath(jaxrace.__file__)))
+    assert ("site-packages" in root) or entries[3:] == [root]
+    monkeypatch.delenv("PYTHONPATH")
+    assert all(os.path.isabs(p) for p in sandbox.worker_pythonpath().split(os.pathsep) if p)
+
+
+def test_a_worker_that_fails_to_start_says_why(monkeypatch, tmp_path):
+    broken = tmp_path / "python"
+    broken.write_text("#!/bin/sh\necho 'ModuleNotFoundError: planted for the test' >&2\nexit 3\n")
+    broken.chmod(0o755)
+    monkeypatch.setattr(sandbox.sys, "executable", str(broken))
+    with pytest.raises(RuntimeError, match="did not start: ModuleNotFoundError: planted for the test"):
+        sandbox._Worker()
