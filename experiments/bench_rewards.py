@@ -185,6 +185,7 @@ def main() -> None:
         {"name": f"compile_reward, max over {len(times)} programs", "value": round(max(times), 3), "unit": "s"},
     ]
 
+    write_results(__file__, rows)  # after every part: a run stopped by a time limit keeps what it measured
     twins = {name: in_process_twin(r) for name, r in compiled.items()}
     kinds = {"exported": compiled, "in-process": twins}
 
@@ -193,7 +194,9 @@ def main() -> None:
     banks = {(path, n): RewardBank.from_compiled([kinds[path][p.name] for p in proposals[:n]])
              for path in PATHS for n in sizes}
     variants = {None: compile_rollout(None, args.envs, args.steps)}
-    variants.update({key: compile_rollout(bank, args.envs, args.steps) for key, bank in banks.items()})
+    for key, bank in banks.items():
+        variants[key] = compile_rollout(bank, args.envs, args.steps)
+        print(f"compiled env step + bank of {key[1]} ({key[0]}) in {variants[key][0]:.1f} s", flush=True)
     timings = {key: [] for key in variants}
     for r in range(args.repeats):
         for key, (_, run) in variants.items():
@@ -222,6 +225,7 @@ def main() -> None:
         exported, baseline = (statistics.median(timings[(p, n)]) for p in PATHS)
         rows.append({"name": f"env step + bank of {n} (fused): exported / in-process", "value":
                      round(exported / baseline, 3), "unit": "x"})
+    write_results(__file__, rows)
     print()
     print_table(["reward candidates N", "reward path", f"env step + bank ({args.envs} envs, 8 cars)",
                  "fused: added", "bank alone / env step", "compile"], table)
@@ -236,6 +240,7 @@ def main() -> None:
              "value": round(t, 4), "unit": "s"},
             {"name": "TAC compile time", "path": path, "value": round(compile_s, 2), "unit": "s"},
         ]
+    write_results(__file__, rows)
     print()
     print_table([f"TAC, N=64, P={args.pairs} x {args.clip_steps} steps", "per call", "compile"], table)
 

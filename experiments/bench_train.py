@@ -1,6 +1,6 @@
 """N reward candidates trained in one vmapped job versus one after another.
 
-Usage: python experiments/bench_train.py [--epochs 30]
+Usage: python experiments/bench_train.py [--epochs 30] [--parts 1 2 3] [--runs 1 5 16]
 
 Side by side in one run, on the oval (time trial, state observations):
 1. N = 5 candidates (the two library rewards and three offline proposals), one job
@@ -8,8 +8,8 @@ Side by side in one run, on the oval (time trial, state observations):
    and updates; wall time with compilation included. The sequential jobs run twice:
    as separate processes (each compiles, as separate training jobs do) and in one
    process that compiles once (the strongest sequential baseline).
-2. Per-run env steps/s and gradient updates/s at N = 1, 5 and 16 runs per job, after
-   compilation.
+2. Per-run env steps/s and gradient updates/s at N = 1, 5 and 16 runs per job (`--runs`),
+   after compilation, and each job's time against N = 1's.
 3. The peer baseline on the same task (oval time trial, progress reward, 16 envs, the
    same env-step budget): one QR-SAC run against brax's PPO through the brax adapter.
    Wall time with compile, env steps/s, updates/s, and the deterministic policy's
@@ -26,13 +26,10 @@ import time
 
 import jax
 import jax.numpy as jnp
-from brax.training.agents.ppo import networks as ppo_networks
-from brax.training.agents.ppo import train as ppo
 from common import print_table, write_results
 
 import jaxrace
 from jaxrace.agents import TrainConfig, make_train, train_many
-from jaxrace.envs.adapters.brax_env import BraxRaceEnv, brax_training_compat
 from jaxrace.envs.rollouts import trajectory
 from jaxrace.rewards import RewardBank, compile_reward, library_reward, propose
 
@@ -72,18 +69,30 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--epochs", type=int, default=30)
     parser.add_argument("--peer-steps", type=int, default=200_000, help="env steps of part 3, per algorithm")
+    parser.add_argument("--parts", type=int, nargs="+", default=[1, 2, 3], choices=[1, 2, 3])
+    parser.add_argument("--runs", type=int, nargs="+", default=[1, 5, 16], help="runs per job in part 2")
     parser.add_argument("--job", default=None, help=argparse.SUPPRESS)  # internal: run one job and exit
     args = parser.parse_args()
     if args.job is not None:
         return job([int(i) for i in args.job.split(",")], args.epochs)
     env, params, bank, config = setup(args.epochs)
     key = jax.random.key(1)
+    rows = []
+    if 1 in args.parts:
+        rows += one_job_against_five(args.epochs, env, params, bank, config, key)
+    if 2 in args.parts:
+        rows += throughput_by_runs(args.runs, env, params, bank, config, key)
+    if 3 in args.parts:
+        rows += peer_baseline(env, params, bank, args.peer_steps)
+    print(f"wrote {write_results(__file__, rows)}")
 
+
+def one_job_against_five(epochs: int, env, params, bank, config, key) -> list[dict]:
     # 1. N = 5: one vmapped job vs five sequential jobs, each a fresh process (compile
     #    included, as a user would run them), and vs five jobs in one process that share
     #    one compilation.
-    vmapped_s = job_in_new_process(list(range(5)), args.epochs)
-    separate = [job_in_new_process([i], args.epochs) for i in range(5)]
+    vmapped_s = job_in_new_process(list(range(5)), epochs)
+    separate = [job_in_new_process([i], epochs) for i in range(5)]
     sequential = make_train(config, env, params, bank)
     shared = [wall(lambda i=i: train_many(sequential, jax.random.fold_in(key, i), [i])[1])[0] for i in range(5)]
     rows = [{"name": "N=5 candidates, one vmapped job, wall incl. compile", "value": round(vmapped_s, 2), "unit": "s"}]
@@ -95,15 +104,20 @@ def main() -> None:
         rows += [{"name": f"N=5 candidates, {name}, wall incl. compile", "value": round(total, 2), "unit": "s"},
                  {"name": f"N=5 vmapped / {name}", "value": round(vmapped_s / total, 3), "unit": "x"}]
     print_table(["N=5 candidates, same samples each", "wall incl. compile", "vmapped / this"], table)
+    return rows
 
+
+def throughput_by_runs(runs: list[int], env, params, bank, config, key) -> list[dict]:
     # 2. Throughput per run at N = 1, 5, 16 (compiled first, then timed).
-    table = []
+    rows, table, job_s = [], [], {}
     steps_per_run = config.epochs * config.num_envs * config.rollout_steps
     updates_per_run = config.epochs * config.updates_per_epoch
-    for n in (1, 5, 16):
+    for n in runs:
         trainer = make_train(config, env, params, bank)
-        compile_s, _ = wall(lambda t=trainer, n=n: train_many(t, key, list(range(n)))[1])  # compile + one job
-        run_s, _ = wall(lambda t=trainer, n=n: train_many(t, jax.random.key(2), list(range(n)))[1])
+        rewards = [i % bank.num_rewards for i in range(n)]
+        compile_s, _ = wall(lambda t=trainer, r=rewards: train_many(t, key, r)[1])  # compile + one job
+        run_s, _ = wall(lambda t=trainer, r=rewards: train_many(t, jax.random.key(2), r)[1])
+        job_s[n] = run_s
         table.append([n, f"{steps_per_run / run_s:,.0f}", f"{n * steps_per_run / run_s:,.0f}",
                       f"{updates_per_run / run_s:,.1f}", f"{run_s:.1f} s", f"{compile_s - run_s:.1f} s"])
         print(f"N={n:2d}: {run_s:.1f} s per job; per run {steps_per_run / run_s:,.0f} env steps/s, "
@@ -116,11 +130,15 @@ def main() -> None:
             {"name": f"job wall time after compile, N={n}", "value": round(run_s, 2), "unit": "s"},
             {"name": f"compile time (approx.), N={n}", "value": round(compile_s - run_s, 2), "unit": "s"},
         ]
+    if runs[0] in job_s:
+        for n, row in zip(runs, table, strict=True):
+            row.insert(5, f"{job_s[n] / job_s[runs[0]]:.2f}")
+            rows.append({"name": f"job wall time after compile, N={n} / N={runs[0]}",
+                         "value": round(job_s[n] / job_s[runs[0]], 3), "unit": "x"})
     print()
     print_table(["runs N", "env steps/s per run", "env steps/s, all runs", "updates/s per run", "job time",
-                 "compile (approx.)"], table)
-    rows += peer_baseline(env, params, bank, args.peer_steps)
-    print(f"wrote {write_results(__file__, rows)}")
+                 f"job time / N={runs[0]}'s", "compile (approx.)"], table)
+    return rows
 
 
 def deterministic_progress(env, params, policy, steps: int = 600) -> float:
@@ -131,6 +149,11 @@ def deterministic_progress(env, params, policy, steps: int = 600) -> float:
 
 def peer_baseline(env, params, bank, env_steps: int) -> list[dict]:
     """QR-SAC (one run) and brax PPO on the same task and env-step budget."""
+    from brax.training.agents.ppo import networks as ppo_networks  # part 3 alone needs brax
+    from brax.training.agents.ppo import train as ppo
+
+    from jaxrace.envs.adapters.brax_env import BraxRaceEnv, brax_training_compat
+
     sac_config = TrainConfig(num_envs=16, rollout_steps=8, updates_per_epoch=8, batch_size=128,
                              epochs=env_steps // 128)
     sac = make_train(sac_config, env, params, bank)

@@ -32,9 +32,14 @@ def machine() -> str:
 
 
 def write_results(script: str, rows: list[dict]) -> Path:
-    """Writes experiments/results/<script>.json in the format DESIGN.md gives."""
+    """Writes experiments/results/<script>.json in the format DESIGN.md gives.
+
+    With JAXRACE_RESULTS_TAG=TAG in the environment the file is <script>-TAG.json, so a
+    run on another machine (a GPU, say) keeps the recorded CPU results beside it.
+    """
     RESULTS.mkdir(exist_ok=True)
-    path = RESULTS / f"{Path(script).stem}.json"
+    tag = os.environ.get("JAXRACE_RESULTS_TAG", "")
+    path = RESULTS / f"{Path(script).stem}{'-' + tag if tag else ''}.json"
     payload = {"machine": machine(), "date": datetime.date.today().isoformat(), "rows": rows}
     path.write_text(json.dumps(payload, indent=2) + "\n")
     return path
