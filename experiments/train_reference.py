@@ -6,7 +6,8 @@ One run on a built-in circuit or a real one (`--track ../shared/tracks/BrandsHat
 its race line read from NAME_raceline.csv beside it), trained until the time budget is
 spent (compile and the checkpoint-selection races included). Training episodes start at
 random places and speeds round the lap (`--start`), or with `--grid-prob P` standing on
-the grid as a race does, and end at a time limit or a course-out; half the envs
+the grid as a race does, or with `--offtrack-start P` off the course to learn to
+rejoin it, and end at a time limit or a course-out; half the envs
 (`--alone`) drive alone, the others among 7 AI cars at skill 0.9, spread round the lap
 or, with `--pack-gap G`, bunched G m apart; each env's AI cars get their own aggression
 (`--ai-aggression varied`). Then:
@@ -215,6 +216,10 @@ def main() -> None:
     parser.add_argument("--keep-going", type=float, default=0.0, metavar="SHARE",
                         help="share of the training envs, alone and in traffic alike, whose episodes go on after a "
                              "course-out (the reward's penalty only), so the agent learns to rejoin the track")
+    parser.add_argument("--offtrack-start", type=float, default=0.0, metavar="P",
+                        help="chance a random start puts the ego car off the course (on the run-off, slower, "
+                             "turned up to 0.5 rad), to train rejoining; its episode ends only when the car "
+                             "rejoins and leaves again")
     parser.add_argument("--train-course-out-margin", type=float, default=1.0,
                         help="m beyond the edge that ends a training episode (the races and time trial use 1.0)")
     parser.add_argument("--steer-lock-speed", type=float, default=20.0,
@@ -253,6 +258,8 @@ def main() -> None:
         parser.error(f"--grid-prob must be in [0, 1], got {args.grid_prob}")
     if not 0.0 <= args.corner_prob <= 1.0:
         parser.error(f"--corner-prob must be in [0, 1], got {args.corner_prob}")
+    if not 0.0 <= args.offtrack_start <= 1.0:
+        parser.error(f"--offtrack-start must be in [0, 1], got {args.offtrack_start}")
     if not 0.0 <= args.keep_going <= 1.0:
         parser.error(f"--keep-going must be in [0, 1], got {args.keep_going}")
     if args.corner_prob and not args.pack_gap:
@@ -266,7 +273,7 @@ def main() -> None:
                 opponent_frame=args.opponent_frame, opponent_accel=args.opponent_accel, pixels=args.actor == "pixels")
     env, params = jaxrace.make(track=track, start=args.start, laps=1000, time_limit=1.6 * ref_lap, **look,
                                terminate_on_course_out=args.terminate_on_course_out, grid_start_prob=args.grid_prob,
-                               corner_start_prob=args.corner_prob,
+                               corner_start_prob=args.corner_prob, offtrack_start_prob=args.offtrack_start,
                                course_out_margin=args.train_course_out_margin)
     params = setup(env, params, SKILL, args.steer_lock_speed)
     num_envs = args.envs

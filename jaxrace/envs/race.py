@@ -40,6 +40,8 @@ _CORNER_LOOKAHEAD = 150.0  # m over which a corner start measures the fall in re
 # folded from k_slot would repeat the bits of the slot permutation (fold_in(k, i) == split(k)[i])
 _CORNER_KEY = 6
 _GRID_KEY = 7
+_OFFTRACK_KEY = 8
+_OFFTRACK_HEADING = 0.5  # rad: an off-track start points up to this far from the track's heading
 
 
 def _station_at(ts: TrackSlice, arc: jax.Array) -> jax.Array:
@@ -88,6 +90,7 @@ class RaceEnv:
             random_start_gap=jnp.float32(0.0),
             grid_start_prob=jnp.float32(0.0),
             corner_start_prob=jnp.float32(0.0),
+            offtrack_start_prob=jnp.float32(0.0),
             kerb_grip=jnp.float32(0.9),
             offtrack_grip=jnp.float32(0.6),
             offtrack_drag=jnp.float32(0.08),
@@ -209,6 +212,22 @@ class RaceEnv:
             arc = jnp.where(on_grid, grid_progress % ts.length, arc)
             speed = jnp.where(on_grid, 0.0, speed)
             lap_origin = jnp.where(on_grid, 0.0, lap_origin)
+            # Some episodes start with the ego car off the course, on the run-off beyond an
+            # edge at reduced speed and pointing off the track's heading, so rejoining is
+            # trained: a car that leaves the track in a race has to come back to it.
+            k_off, k_side, k_depth, k_turn = jax.random.split(jax.random.fold_in(key, _OFFTRACK_KEY), 4)
+            off = (jax.random.uniform(k_off) < params.offtrack_start_prob) & ~on_grid
+            ego_row = ts.row(_station_at(ts, arc[0]))
+            left = jax.random.uniform(k_side) < 0.5
+            width, wall = jnp.where(left, ego_row.width_left, ego_row.width_right), jnp.where(
+                left, ego_row.wall_left, ego_row.wall_right)
+            room = jnp.maximum(wall - width - params.course_out_margin - 2.5, 0.0)  # keep 2 m off the wall
+            depth = params.course_out_margin + 0.5 + jax.random.uniform(k_depth) * room
+            off_lateral = jnp.where(left, 1.0, -1.0) * (width + depth)
+            lateral = jnp.where(off & (idx == 0), off_lateral, lateral)
+            speed = jnp.where(off & (idx == 0), 0.6 * speed, speed)
+            turn = jnp.where(off & (idx == 0), jax.random.uniform(k_turn, minval=-1.0, maxval=1.0)
+                             * _OFFTRACK_HEADING, 0.0)
         elif s.start == "time_trial":
             progress = zeros
             lateral = jnp.broadcast_to(line.raceline, (num_cars,))
@@ -216,15 +235,17 @@ class RaceEnv:
         else:
             progress, lateral = grid_progress, grid_lateral
             arc, speed, lap_origin = grid_progress % ts.length, zeros, zeros
+        if s.start != "random":
+            turn = zeros
         xy, station = point_at(ts, arc, lateral)
         start_row = ts.row(station)
-        yaw = start_row.heading
+        yaw = start_row.heading + turn
         false = jnp.zeros((num_cars,), bool)
         body = VehicleState(x=xy[:, 0], y=xy[:, 1], yaw=yaw, vx=speed.astype(jnp.float32), vy=zeros,
                             yaw_rate=zeros, steer=zeros)
         lane = lateral - start_row.raceline
         cars = CarsState(
-            body=body, station=station, arc=arc, lateral=lateral, heading_error=zeros, progress=progress,
+            body=body, station=station, arc=arc, lateral=lateral, heading_error=turn, progress=progress,
             lap_origin=lap_origin, laps=jnp.zeros((num_cars,), jnp.int32), lap_start=zeros, last_lap=zeros,
             best_lap=zeros, finished=false, finish_time=zeros, prev_action=jnp.zeros((num_cars, 2), jnp.float32),
             ax=zeros, ay=zeros, slip_front=zeros, slip_rear=zeros, lane=lane, wall_contact=false, hit_from_behind=false,
@@ -290,7 +311,11 @@ class RaceEnv:
         view = race_view(next_state, params, ts)
         next_state = next_state.replace(view=view)
         reward = view.progress - state.view.progress
-        terminated = view.finished | (params.terminate_on_course_out & view.off_course)
+        # Leaving the course ends an episode, being off it does not: an episode that
+        # starts off the course (`offtrack_start_prob`) goes on until the car rejoins and
+        # leaves again. An episode that ends at every course-out is never off at a step's start.
+        leaving = view.off_course & ~state.view.off_course
+        terminated = view.finished | (params.terminate_on_course_out & leaving)
         truncated = (time >= params.time_limit) & ~terminated
         info = {"view": view, "bad_action": bad, "bad_action_count": next_state.bad_actions}
         obs = observation(s, next_state, params, ts)

@@ -92,11 +92,12 @@ class EnvParams:
     laps: jax.Array  # i32, race distance in laps
     time_limit: jax.Array  # f32, s, truncation
     course_out_margin: jax.Array  # f32, m beyond the edge that counts as a course-out
-    terminate_on_course_out: jax.Array  # bool
+    terminate_on_course_out: jax.Array  # bool: an episode ends when the ego car leaves the course
     random_start_speed: jax.Array  # f32[2], random starts: speed range / reference speed
     random_start_gap: jax.Array  # f32, random starts: m between consecutive cars (0: spread round the lap)
     grid_start_prob: jax.Array  # f32, random starts: chance an episode starts standing on the grid, ego car last
     corner_start_prob: jax.Array  # f32, packed random starts: chance of grid formation at speed before a braking zone
+    offtrack_start_prob: jax.Array  # f32, random starts: chance the ego car starts off course, to learn to rejoin
     kerb_grip: jax.Array  # f32, grip factor on kerbs
     offtrack_grip: jax.Array  # f32, grip factor on grass
     offtrack_drag: jax.Array  # f32, extra rolling-drag coefficient on grass

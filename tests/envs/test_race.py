@@ -188,6 +188,47 @@ def test_random_starts_can_start_on_the_grid():
 
 
 
+def test_offtrack_starts_put_the_ego_car_on_the_run_off_and_end_only_when_it_leaves_again():
+    """offtrack_start_prob: that share of random starts put the ego car (alone) beyond an edge by
+    more than the course-out margin, short of the wall; termination comes from leaving the course,
+    so such an episode goes on while the car stays off, and ends when it rejoins and leaves again."""
+    env, params = jaxrace.make(track="club", num_opponents=5, start="random", terminate_on_course_out=True,
+                               course_out_margin=0.6)
+    reset = jax.jit(jax.vmap(env.reset, in_axes=(0, None)))
+    keys = jax.random.split(jax.random.key(8), 400)
+    _, never = reset(keys, params)
+    assert not np.any(np.asarray(never.view.off_course))
+    off_params = params.replace(offtrack_start_prob=jnp.float32(1.0))
+    _, always = reset(keys[:64], off_params)
+    ego = jax.tree.map(lambda x: np.asarray(x)[:, 0], always.cars)
+    assert np.all(np.asarray(always.view.off_course))
+    assert not np.any(np.asarray(always.view.wall_contact))
+    row = ego.station
+    tracks = params.tracks
+    width = np.where(ego.lateral > 0, np.asarray(tracks.width_left)[row], np.asarray(tracks.width_right)[row])
+    wall = np.where(ego.lateral > 0, np.asarray(tracks.wall_left)[row], np.asarray(tracks.wall_right)[row])
+    beyond = np.abs(ego.lateral) - width
+    assert np.all(beyond > 0.6) and np.all(np.abs(ego.lateral) < wall - 1.0)
+    assert 0.3 < np.mean(ego.lateral > 0) < 0.7  # both sides
+    turn = np.asarray(always.cars.heading_error)
+    assert np.all(np.abs(turn[:, 0]) <= 0.5) and np.std(turn[:, 0]) > 0.1 and np.all(turn[:, 1:] == 0.0)
+    assert not np.any(np.asarray(always.cars.lateral)[:, 1:] != np.asarray(
+        reset(keys[:64], params)[1].cars.lateral)[:, 1:])  # the other cars start where they would have
+    _, mixed = reset(keys, params.replace(offtrack_start_prob=jnp.float32(0.25)))
+    assert 0.18 < np.asarray(mixed.view.off_course).mean() < 0.32  # 100 expected of 400
+
+    step = jax.jit(env.step)
+    _, state = env.reset(jax.random.key(3), off_params)
+    assert bool(state.view.off_course)
+    for _ in range(10):  # standing on the brakes off the course: no course-out, the episode goes on
+        _, state, _, terminated, _, info = step(jax.random.key(0), state, jnp.array([0.0, -1.0]), off_params)
+        assert bool(info["view"].off_course) and not bool(terminated)
+    # The same car as if it had been on the course a step before: now it leaves, and that ends the episode.
+    was_on = state.replace(view=state.view.replace(off_course=jnp.bool_(False)))
+    _, _, _, terminated, _, info = step(jax.random.key(0), was_on, jnp.array([0.0, -1.0]), off_params)
+    assert bool(info["view"].off_course) and bool(terminated)
+
+
 def test_grid_starts_leave_the_other_starts_slots_uniform():
     """Whether an episode starts on the grid is drawn apart from the slots: the ego car is in
     any slot of a moving pack as often (it was once at the back in 1% of them, not 1 in 6)."""
