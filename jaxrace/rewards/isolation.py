@@ -100,7 +100,8 @@ def readable_paths() -> list[str]:
     """What the worker may read: the interpreter, its packages, system libraries, the CPU's facts."""
     import jaxrace
 
-    paths = {sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(os.path.abspath(jaxrace.__file__)),
+    # realpath: the worker imports jaxrace through a link in its private directory
+    paths = {sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(os.path.realpath(jaxrace.__file__)),
              "/usr", "/lib", "/lib32", "/lib64", "/proc/self", "/sys/devices/system/cpu", "/dev/null", "/dev/urandom"}
     paths |= {p for p in sys.path if p and os.path.isabs(p)}
     return sorted(p for p in paths if os.path.exists(p))

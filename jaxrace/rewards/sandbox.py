@@ -59,18 +59,19 @@ def remove_stale_dirs() -> list[Path]:
     return removed
 
 
-def worker_pythonpath() -> str:
-    """The worker's PYTHONPATH: the caller's, each entry made absolute, then this jaxrace's root.
+PACKAGE_DIR = Path(__file__).resolve().parents[1]  # this jaxrace package
+
+
+def worker_pythonpath(link_dir: str | Path) -> str:
+    """The worker's PYTHONPATH: `link_dir` (a folder holding only a link to this jaxrace
+    package), then the caller's absolute PYTHONPATH entries.
 
     The worker runs in its private directory, where `.` or any relative entry names
-    nothing (a caller started with `PYTHONPATH=.` from a checkout would start a worker
-    that cannot import jaxrace). A jaxrace that is not installed is found where the
-    caller found it.
+    nothing, so those are left out; and the worker may read every `sys.path` entry, so
+    the checkout around a jaxrace that is not installed (`PYTHONPATH=.` from a clone) is
+    not put there: the link gives the package alone.
     """
-    entries = [os.path.abspath(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-    root = str(Path(__file__).resolve().parents[2])
-    if not {"site-packages", "dist-packages"} & set(Path(root).parts):
-        entries.append(root)
+    entries = [str(link_dir)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if os.path.isabs(p)]
     return os.pathsep.join(dict.fromkeys(entries))
 
 
@@ -80,7 +81,10 @@ class _Worker:
         self.dir = tempfile.mkdtemp(prefix=f"{DIR_PREFIX}{os.getpid()}-")
         self.stderr = tempfile.TemporaryFile()
         env = {k: os.environ[k] for k in _ENV_KEPT if k in os.environ}
-        env["PYTHONPATH"] = worker_pythonpath()
+        links = Path(self.dir, "import")
+        links.mkdir()
+        (links / "jaxrace").symlink_to(PACKAGE_DIR, target_is_directory=True)
+        env["PYTHONPATH"] = worker_pythonpath(links)
         # One XLA thread, one BLAS thread and two malloc arenas: programs run on a few
         # transitions, the server must stay single-threaded to fork, and a small
         # address-space footprint keeps the memory limit meaningful on many-core machines.

@@ -8,7 +8,6 @@ import sys
 
 import pytest
 
-import jaxrace
 import jaxrace.rewards.sandbox as sandbox
 from jaxrace.rewards import isolation
 
@@ -110,17 +109,24 @@ def test_a_killed_callers_private_directory_is_removed_when_the_next_worker_star
         os.rmdir(alive)
 
 
-def test_the_worker_gets_the_callers_pythonpath_made_absolute(monkeypatch, tmp_path):
-    # The worker runs in its private directory: a caller started with PYTHONPATH=. from a
-    # checkout (jaxrace not installed) must still give it a path that finds jaxrace.
+def test_the_worker_finds_jaxrace_through_a_link_and_gets_no_relative_or_checkout_paths(monkeypatch, tmp_path):
+    # The worker runs in its private directory and may read every sys.path entry: a caller
+    # started with PYTHONPATH=. from a checkout must give it the package, not the checkout.
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([".", "rel/lib", "", "/abs/x"]))
-    entries = sandbox.worker_pythonpath().split(os.pathsep)
-    assert entries[:3] == [str(tmp_path), str(tmp_path / "rel" / "lib"), "/abs/x"]
-    root = os.path.dirname(os.path.dirname(os.path.abspath(jaxrace.__file__)))
-    assert ("site-packages" in root) or entries[3:] == [root]
-    monkeypatch.delenv("PYTHONPATH")
-    assert all(os.path.isabs(p) for p in sandbox.worker_pythonpath().split(os.pathsep) if p)
+    assert sandbox.worker_pythonpath("/private/import").split(os.pathsep) == ["/private/import", "/abs/x"]
+    sandbox.shutdown()
+    try:
+        sandbox.isolation()
+        environ = dict(v.split(b"=", 1) for v in open(f"/proc/{sandbox.worker_pid()}/environ", "rb").read()
+                       .split(b"\0") if b"=" in v)
+        entries = environ[b"PYTHONPATH"].decode().split(os.pathsep)
+        assert entries == [os.path.join(environ[b"HOME"].decode(), "import"), "/abs/x"]
+        assert os.path.realpath(os.path.join(entries[0], "jaxrace")) == str(sandbox.PACKAGE_DIR)
+        checkout = str(sandbox.PACKAGE_DIR.parent)
+        assert not any(os.path.realpath(p) == checkout for p in entries)
+    finally:
+        sandbox.shutdown()
 
 
 def test_a_worker_that_fails_to_start_says_why(monkeypatch, tmp_path):
