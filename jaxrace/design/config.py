@@ -57,6 +57,9 @@ class DesignConfig:
     # share of the other packed traffic starts that begin in grid formation at speed just before a braking
     # zone, as a race's first corners do (where the headline's at-fault contacts happen)
     corner_start_prob: float = 0.0
+    # share of random starts with the ego car off the course (on the run-off), so the agent learns to
+    # rejoin the track: most last places in issue 16's races were cars lost after a course-out
+    offtrack_start_prob: float = 0.0
     varied_ai: bool = True
     terminate_on_course_out: bool = True
     train_course_out_margin: float = 0.6
@@ -146,7 +149,7 @@ class DesignConfig:
             problems.append(f"actor_average must be in [0, 1) (0: no averaging; got {self.actor_average})")
         if not 0.0 < self.actor_cvar <= 1.0:
             problems.append(f"actor_cvar must be in (0, 1] (1: risk-neutral; got {self.actor_cvar})")
-        for name in ("grid_start_prob", "corner_start_prob"):
+        for name in ("grid_start_prob", "corner_start_prob", "offtrack_start_prob"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 problems.append(f"{name} must be in [0, 1] (got {getattr(self, name)})")
         if self.corner_start_prob > 0 and not self.traffic_start_gap > 0:

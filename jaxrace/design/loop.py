@@ -103,6 +103,7 @@ class Envs:
                                                opponent_accel=config.opponent_accel,
                                                grid_start_prob=config.grid_start_prob,
                                                corner_start_prob=config.corner_start_prob,
+                                               offtrack_start_prob=config.offtrack_start_prob,
                                                terminate_on_course_out=config.terminate_on_course_out,
                                                course_out_margin=config.train_course_out_margin)
         train_params = field(train_env, train_params)

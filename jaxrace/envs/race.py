@@ -216,13 +216,13 @@ class RaceEnv:
             # edge at reduced speed and pointing off the track's heading, so rejoining is
             # trained: a car that leaves the track in a race has to come back to it.
             k_off, k_side, k_depth, k_turn = jax.random.split(jax.random.fold_in(key, _OFFTRACK_KEY), 4)
-            off = (jax.random.uniform(k_off) < params.offtrack_start_prob) & ~on_grid
             ego_row = ts.row(_station_at(ts, arc[0]))
             left = jax.random.uniform(k_side) < 0.5
             width, wall = jnp.where(left, ego_row.width_left, ego_row.width_right), jnp.where(
                 left, ego_row.wall_left, ego_row.wall_right)
-            room = jnp.maximum(wall - width - params.course_out_margin - 2.5, 0.0)  # keep 2 m off the wall
-            depth = params.course_out_margin + 0.5 + jax.random.uniform(k_depth) * room
+            room = wall - width - params.course_out_margin - 2.5  # the car's centre stays 2 m off the wall
+            off = (jax.random.uniform(k_off) < params.offtrack_start_prob) & ~on_grid & (room > 0)
+            depth = params.course_out_margin + 0.5 + jax.random.uniform(k_depth) * jnp.maximum(room, 0.0)
             off_lateral = jnp.where(left, 1.0, -1.0) * (width + depth)
             lateral = jnp.where(off & (idx == 0), off_lateral, lateral)
             speed = jnp.where(off & (idx == 0), 0.6 * speed, speed)
@@ -255,8 +255,9 @@ class RaceEnv:
         rank = ranks(cars, active)
         cars = cars._replace(rank=rank, start_rank=rank)
         state = EnvState(cars=cars, active=active, track_index=track_index, time=jnp.float32(0.0),
-                         steps=jnp.int32(0), bad_actions=jnp.int32(0), view=None)
-        return state.replace(view=race_view(state, params, ts)), ts
+                         steps=jnp.int32(0), bad_actions=jnp.int32(0), view=None, off_since_start=jnp.bool_(False))
+        view = race_view(state, params, ts)
+        return state.replace(view=view, off_since_start=view.off_course), ts
 
     # ------------------------------------------------------------------ step
 
@@ -309,13 +310,12 @@ class RaceEnv:
         next_state = state.replace(cars=cars, time=time, steps=state.steps + 1,
                                    bad_actions=state.bad_actions + bad.astype(jnp.int32))
         view = race_view(next_state, params, ts)
-        next_state = next_state.replace(view=view)
+        # An episode that starts off the course (`offtrack_start_prob`) is not a course-out
+        # until the car has rejoined the course and left it again.
+        off_since_start = state.off_since_start & view.off_course
+        next_state = next_state.replace(view=view, off_since_start=off_since_start)
         reward = view.progress - state.view.progress
-        # Leaving the course ends an episode, being off it does not: an episode that
-        # starts off the course (`offtrack_start_prob`) goes on until the car rejoins and
-        # leaves again. An episode that ends at every course-out is never off at a step's start.
-        leaving = view.off_course & ~state.view.off_course
-        terminated = view.finished | (params.terminate_on_course_out & leaving)
+        terminated = view.finished | (params.terminate_on_course_out & view.off_course & ~off_since_start)
         truncated = (time >= params.time_limit) & ~terminated
         info = {"view": view, "bad_action": bad, "bad_action_count": next_state.bad_actions}
         obs = observation(s, next_state, params, ts)

@@ -92,7 +92,7 @@ class EnvParams:
     laps: jax.Array  # i32, race distance in laps
     time_limit: jax.Array  # f32, s, truncation
     course_out_margin: jax.Array  # f32, m beyond the edge that counts as a course-out
-    terminate_on_course_out: jax.Array  # bool: an episode ends when the ego car leaves the course
+    terminate_on_course_out: jax.Array  # bool: an episode ends at a course-out (not while an off-track start is off)
     random_start_speed: jax.Array  # f32[2], random starts: speed range / reference speed
     random_start_gap: jax.Array  # f32, random starts: m between consecutive cars (0: spread round the lap)
     grid_start_prob: jax.Array  # f32, random starts: chance an episode starts standing on the grid, ego car last
@@ -148,6 +148,7 @@ class EnvState:
     steps: jax.Array  # i32
     bad_actions: jax.Array  # i32, NaN or out-of-range ego actions this episode
     view: RaceView  # the ego car's view of the current state
+    off_since_start: jax.Array  # bool, the ego car has been off the course since the episode began
 
 
 def select_tree(cond, a, b):

@@ -34,6 +34,7 @@ def test_toml_then_options_override_the_preset(tmp_path):
     ("m = [\n", "cannot read the config"),
     ('preset = "huge"\n', "unknown preset 'huge'"),
     ("corner_start_prob = 1.5\n", "corner_start_prob must be in \\[0, 1\\] \\(got 1.5\\)"),
+    ("offtrack_start_prob = -0.1\n", "offtrack_start_prob must be in \\[0, 1\\] \\(got -0.1\\)"),
     ("actor_average = 1.0\n", "actor_average must be in \\[0, 1\\) \\(0: no averaging; got 1.0\\)"),
     ("actor_cvar = 0.0\n", "actor_cvar must be in \\(0, 1\\] \\(1: risk-neutral; got 0.0\\)"),
     ("corner_start_prob = 0.5\ntraffic_start_gap = 0.0\n", "corner_start_prob needs traffic_start_gap > 0"),

@@ -12,9 +12,11 @@ import jax.numpy as jnp
 from pins import digest
 
 import jaxrace
+from jaxrace.envs import per_env_params
 
 ROLLOUT_DIGEST = "cc41659be2f2acc59ababc62"
 PIXELS_DIGEST = "7330ac395ff6536b2253ec5a"
+RANDOM_STARTS_DIGEST = "608122b3b97074541f8ea482"  # recorded on a726904, before off-track starts
 
 
 def rollout_outputs():
@@ -31,7 +33,29 @@ def rollout_outputs():
         return state, (obs, reward, terminated, truncated, info["view"])
 
     state, outs = jax.jit(lambda s: jax.lax.scan(body, s, jnp.arange(40)))(state)
-    return state, outs
+    # EnvState.off_since_start came after the pin was recorded (always False here): left out.
+    return state.replace(off_since_start=None), outs
+
+
+def random_start_outputs():
+    """30 steps of 8 envs from random starts: spread, packs, corner and grid starts, course-outs ending
+    episodes 0.6 m beyond the edge, auto-reset included (none start off the track)."""
+    env, params = jaxrace.make(track="club", num_opponents=3, start="random", time_limit=2.0,
+                               terminate_on_course_out=True, course_out_margin=0.6)
+    params = per_env_params(params, 8, random_start_gap=[0.0] * 2 + [25.0] * 6, grid_start_prob=[0.0, 0.5] * 4,
+                            corner_start_prob=[0.0] * 4 + [1.0] * 4)
+    step = jax.vmap(env.step, in_axes=(0, 0, 0, 0))
+    _, state = jax.vmap(env.reset)(jax.random.split(jax.random.key(6), 8), params)
+
+    def body(state, i):
+        t = i.astype(jnp.float32)
+        action = jnp.stack([0.9 * jnp.sin(0.3 * t + jnp.arange(8.0)), jnp.full((8,), 1.0)], axis=-1)
+        obs, state, reward, terminated, truncated, info = step(
+            jax.random.split(jax.random.fold_in(jax.random.key(7), i), 8), state, action, params)
+        return state, (obs, reward, terminated, truncated, info["view"])
+
+    state, outs = jax.jit(lambda s: jax.lax.scan(body, s, jnp.arange(30)))(state)
+    return state.replace(off_since_start=None), outs
 
 
 def pixel_outputs():
@@ -50,6 +74,11 @@ def test_a_short_rollout_is_bit_identical_to_the_pinned_one():
     assert got == ROLLOUT_DIGEST, f"rollout digest {got} != pinned {ROLLOUT_DIGEST} (see the module docstring)"
 
 
+def test_random_starts_and_course_outs_are_bit_identical_to_the_pinned_ones():
+    got = digest(random_start_outputs())
+    assert got == RANDOM_STARTS_DIGEST, f"random starts digest {got} != pinned {RANDOM_STARTS_DIGEST}"
+
+
 def test_rendered_frames_are_bit_identical_to_the_pinned_ones():
     got = digest(pixel_outputs())
     assert got == PIXELS_DIGEST, f"pixels digest {got} != pinned {PIXELS_DIGEST} (see the module docstring)"
@@ -58,3 +87,4 @@ def test_rendered_frames_are_bit_identical_to_the_pinned_ones():
 if __name__ == "__main__":
     print(f'ROLLOUT_DIGEST = "{digest(rollout_outputs())}"')
     print(f'PIXELS_DIGEST = "{digest(pixel_outputs())}"')
+    print(f'RANDOM_STARTS_DIGEST = "{digest(random_start_outputs())}"')

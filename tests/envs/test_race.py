@@ -190,8 +190,8 @@ def test_random_starts_can_start_on_the_grid():
 
 def test_offtrack_starts_put_the_ego_car_on_the_run_off_and_end_only_when_it_leaves_again():
     """offtrack_start_prob: that share of random starts put the ego car (alone) beyond an edge by
-    more than the course-out margin, short of the wall; termination comes from leaving the course,
-    so such an episode goes on while the car stays off, and ends when it rejoins and leaves again."""
+    more than the course-out margin, 2 m or more short of the wall; such an episode goes on while the
+    car stays off, and a course-out ends it only once the car has been back on the course."""
     env, params = jaxrace.make(track="club", num_opponents=5, start="random", terminate_on_course_out=True,
                                course_out_margin=0.6)
     reset = jax.jit(jax.vmap(env.reset, in_axes=(0, None)))
@@ -202,13 +202,12 @@ def test_offtrack_starts_put_the_ego_car_on_the_run_off_and_end_only_when_it_lea
     _, always = reset(keys[:64], off_params)
     ego = jax.tree.map(lambda x: np.asarray(x)[:, 0], always.cars)
     assert np.all(np.asarray(always.view.off_course))
-    assert not np.any(np.asarray(always.view.wall_contact))
     row = ego.station
     tracks = params.tracks
     width = np.where(ego.lateral > 0, np.asarray(tracks.width_left)[row], np.asarray(tracks.width_right)[row])
     wall = np.where(ego.lateral > 0, np.asarray(tracks.wall_left)[row], np.asarray(tracks.wall_right)[row])
     beyond = np.abs(ego.lateral) - width
-    assert np.all(beyond > 0.6) and np.all(np.abs(ego.lateral) < wall - 1.0)
+    assert np.all(beyond > 0.6) and np.all(np.abs(ego.lateral) <= wall - 2.0 + 1e-4)
     assert 0.3 < np.mean(ego.lateral > 0) < 0.7  # both sides
     turn = np.asarray(always.cars.heading_error)
     assert np.all(np.abs(turn[:, 0]) <= 0.5) and np.std(turn[:, 0]) > 0.1 and np.all(turn[:, 1:] == 0.0)
@@ -223,10 +222,13 @@ def test_offtrack_starts_put_the_ego_car_on_the_run_off_and_end_only_when_it_lea
     for _ in range(10):  # standing on the brakes off the course: no course-out, the episode goes on
         _, state, _, terminated, _, info = step(jax.random.key(0), state, jnp.array([0.0, -1.0]), off_params)
         assert bool(info["view"].off_course) and not bool(terminated)
-    # The same car as if it had been on the course a step before: now it leaves, and that ends the episode.
-    was_on = state.replace(view=state.view.replace(off_course=jnp.bool_(False)))
-    _, _, _, terminated, _, info = step(jax.random.key(0), was_on, jnp.array([0.0, -1.0]), off_params)
-    assert bool(info["view"].off_course) and bool(terminated)
+    # The same car as if it had rejoined the course since: being off it is a course-out, every
+    # step it stays off (brax's action repeat reads only the last step's `done`).
+    rejoined = state.replace(off_since_start=jnp.bool_(False))
+    for _ in range(2):
+        _, rejoined, _, terminated, _, info = jax.jit(env.step_env)(jax.random.key(0), rejoined,
+                                                                    jnp.array([0.0, -1.0]), off_params)
+        assert bool(info["view"].off_course) and bool(terminated)
 
 
 def test_grid_starts_leave_the_other_starts_slots_uniform():
