@@ -90,9 +90,9 @@ def main() -> None:
              ("encoder gradient, one batch per step in lax.scan", jax.grad(enc_stepwise), enc_params, per_step, 1)]
     for name, fn, a, b, per in cases:
         compile_s, run_s = timed(fn, a, b, repeats=args.repeats)
-        rows += [{"name": f"{name}: run per gradient", "value": round(run_s / per, 3), "unit": "s"},
+        rows += [{"name": f"{name}: run per gradient", "value": round(run_s / per, 5), "unit": "s"},
                  {"name": f"{name}: compile", "value": round(compile_s, 1), "unit": "s"}]
-        table.append([name, round(run_s / per, 3), round(compile_s, 1)])
+        table.append([name, f"{run_s / per:.3g}", round(compile_s, 1)])
         print(table[-1], flush=True)
     host = make_train(dataclasses.replace(config, host_updates=True), env, params, trainer.bank)
     runs = jax.tree.map(lambda x: x[None], state)  # one run, after the warm-up epoch
@@ -105,9 +105,9 @@ def main() -> None:
         epoch_s.append(time.perf_counter() - t)
     name = "epoch of 16 envs x 8 steps and 4 updates, host loop of jitted updates"
     run_s = sorted(epoch_s[1:])[len(epoch_s[1:]) // 2]
-    rows += [{"name": f"{name}: run per epoch", "value": round(run_s, 3), "unit": "s"},
+    rows += [{"name": f"{name}: run per epoch", "value": round(run_s, 5), "unit": "s"},
              {"name": f"{name}: first epoch, compile included", "value": round(epoch_s[0], 1), "unit": "s"}]
-    table.append([name + " (per epoch)", round(run_s, 3), round(epoch_s[0] - run_s, 1)])
+    table.append([name + " (per epoch)", f"{run_s:.3g}", round(epoch_s[0] - run_s, 1)])
     frames_n = batch.obs["pixels"].shape[0] * batch.obs["pixels"].shape[1]
     rows.append({"name": "frames per sampled batch", "value": int(frames_n), "unit": "frames"})
     print_table(["case", "s per gradient (median)", "compile s"], table)

@@ -8,15 +8,18 @@
 # STEP: pixels train rewards env pixels-large pixel-update (default: all, in that order).
 # All of them take about 15 minutes on an H100; in 10-minute calls, run `rewards` alone
 # (its 65 sandbox builds and 7 fused compiles took more than 225 s there) and the rest in one.
-# Needs the project importable (PYTHONPATH=. or an install) and the GPU build of jax.
+# Needs the GPU build of jax and the project's dependencies; the checkout goes on PYTHONPATH.
 set -u
 tag=${1:?usage: gpu_figures.sh TAG [STEP ...]}
 shift
 steps=" ${*:-pixels train rewards env pixels-large pixel-update} "
 out=${OUT:-/tmp/gpu-figures}
 mkdir -p "$out"
-export JAXRACE_RESULTS_TAG=$tag PYTHONUNBUFFERED=1 PYTHONPATH=".:${PYTHONPATH:-}"
+cd "$(dirname "$0")/.." || exit
+export JAXRACE_RESULTS_TAG=$tag PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 python=${PYTHON:-python3}
+stamp=$(mktemp)  # only results written after this go to $out: a failed step sends nothing old
+trap 'rm -f "$stamp"' EXIT
 
 step() {  # step NAME SECONDS SCRIPT ARGS...: one benchmark under a time limit, then its results to $out
     [[ $steps == *" $1 "* ]] || return 0
@@ -25,11 +28,11 @@ step() {  # step NAME SECONDS SCRIPT ARGS...: one benchmark under a time limit, 
     echo "== $(date +%T) ${*} (at most ${limit} s)"
     timeout --kill-after=5 "$limit" "$python" "$@" 2>&1 | grep -v "import warp\|import mujoco_warp"
     echo "== exit ${PIPESTATUS[0]}"
-    cp experiments/results/*-"$tag"*.json "$out"/ 2>/dev/null
+    find experiments/results -name "*-$tag*.json" -newer "$stamp" -exec cp {} "$out"/ \;
 }
 
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
-"$python" -c "import jax; print('jax', jax.__version__, jax.devices())"
+timeout 60 "$python" -c "import jax; print('jax', jax.__version__, jax.devices())"
 # 5 M pixel frames/s is the target on one H100: the 64x64 chase camera with 7 opponents.
 step pixels 120 experiments/bench_env.py --mode pixels --pixel-envs 1024 4096 16384 --steps 50 --repeats 3 \
     --car-racing-steps 0
