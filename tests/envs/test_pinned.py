@@ -19,22 +19,32 @@ PIXELS_DIGEST = "7330ac395ff6536b2253ec5a"
 RANDOM_STARTS_DIGEST = "608122b3b97074541f8ea482"  # recorded on a726904, before off-track starts
 
 
-def rollout_outputs():
-    """40 steps of 4 envs, 3 AI opponents, scripted ego actions, auto-reset included."""
-    env, params = jaxrace.make(track="club", num_opponents=3, start="grid_back", time_limit=2.5)
-    step = jax.vmap(env.step, in_axes=(0, 0, 0, None))
-    _, state = jax.vmap(env.reset, in_axes=(0, None))(jax.random.split(jax.random.key(3), 4), params)
+def scripted_rollout(env, params, reset_key: int, step_key: int, steps: int, steer: float, freq: float,
+                     throttle: float, params_axis):
+    """`steps` steps of envs with scripted sinusoidal steering, auto-reset included; params shared
+    (`params_axis=None`) or one per env (0). EnvState.off_since_start came after the pins were
+    recorded and is left out."""
+    num_envs = 4 if params_axis is None else params.laps.shape[0]
+    step = jax.vmap(env.step, in_axes=(0, 0, 0, params_axis))
+    _, state = jax.vmap(env.reset, in_axes=(0, params_axis))(jax.random.split(jax.random.key(reset_key), num_envs),
+                                                             params)
 
     def body(state, i):
         t = i.astype(jnp.float32)
-        action = jnp.stack([0.3 * jnp.sin(0.2 * t + jnp.arange(4.0)), jnp.full((4,), 0.9)], axis=-1)
+        action = jnp.stack([steer * jnp.sin(freq * t + jnp.arange(float(num_envs))), jnp.full((num_envs,), throttle)],
+                           axis=-1)
         obs, state, reward, terminated, truncated, info = step(
-            jax.random.split(jax.random.fold_in(jax.random.key(4), i), 4), state, action, params)
+            jax.random.split(jax.random.fold_in(jax.random.key(step_key), i), num_envs), state, action, params)
         return state, (obs, reward, terminated, truncated, info["view"])
 
-    state, outs = jax.jit(lambda s: jax.lax.scan(body, s, jnp.arange(40)))(state)
-    # EnvState.off_since_start came after the pin was recorded (always False here): left out.
+    state, outs = jax.jit(lambda s: jax.lax.scan(body, s, jnp.arange(steps)))(state)
     return state.replace(off_since_start=None), outs
+
+
+def rollout_outputs():
+    """40 steps of 4 envs, 3 AI opponents, scripted ego actions, auto-reset included."""
+    env, params = jaxrace.make(track="club", num_opponents=3, start="grid_back", time_limit=2.5)
+    return scripted_rollout(env, params, 3, 4, 40, steer=0.3, freq=0.2, throttle=0.9, params_axis=None)
 
 
 def random_start_outputs():
@@ -44,18 +54,7 @@ def random_start_outputs():
                                terminate_on_course_out=True, course_out_margin=0.6)
     params = per_env_params(params, 8, random_start_gap=[0.0] * 2 + [25.0] * 6, grid_start_prob=[0.0, 0.5] * 4,
                             corner_start_prob=[0.0] * 4 + [1.0] * 4)
-    step = jax.vmap(env.step, in_axes=(0, 0, 0, 0))
-    _, state = jax.vmap(env.reset)(jax.random.split(jax.random.key(6), 8), params)
-
-    def body(state, i):
-        t = i.astype(jnp.float32)
-        action = jnp.stack([0.9 * jnp.sin(0.3 * t + jnp.arange(8.0)), jnp.full((8,), 1.0)], axis=-1)
-        obs, state, reward, terminated, truncated, info = step(
-            jax.random.split(jax.random.fold_in(jax.random.key(7), i), 8), state, action, params)
-        return state, (obs, reward, terminated, truncated, info["view"])
-
-    state, outs = jax.jit(lambda s: jax.lax.scan(body, s, jnp.arange(30)))(state)
-    return state.replace(off_since_start=None), outs
+    return scripted_rollout(env, params, 6, 7, 30, steer=0.9, freq=0.3, throttle=1.0, params_axis=0)
 
 
 def pixel_outputs():
