@@ -10,9 +10,11 @@ from jaxrace.envs.laps import gaps
 from jaxrace.envs.state import EnvParams, EnvState, StaticParams
 from jaxrace.envs.track import StationRow, TrackSlice
 from jaxrace.envs.xla_cpu import smallest_k
-from jaxrace.rewards.api import RaceView
+from jaxrace.rewards.api import NO_GAP, RaceView
 
 PROPRIO_SIZE = 20
+LANE_RANGE = 100.0  # m ahead (centre to centre, beyond a car length) that `lane_gap_ahead` looks
+LANE_MARGIN = 0.5  # m beyond a car width sideways within which a car ahead is in our lane
 
 
 def observation_shapes(static: StaticParams) -> dict[str, tuple[int, ...]]:
@@ -32,6 +34,21 @@ def edge_margin(row: StationRow, lateral: jax.Array) -> jax.Array:
 def is_off_course(edge: jax.Array, params: EnvParams) -> jax.Array:
     """A car is off course when it is beyond an edge by more than the course-out margin."""
     return edge < -params.course_out_margin
+
+
+def lane_gap_ahead(state: EnvState, params: EnvParams, ts: TrackSlice, car: int = 0) -> jax.Array:
+    """f32 m: clear space from `car`'s nose to the tail of the nearest active car ahead in its lane.
+
+    In its lane: centre ahead along the track by at most LANE_RANGE + a car length, and
+    sideways within a car width + LANE_MARGIN. 0 when touching or alongside; NO_GAP if none.
+    """
+    c = state.cars
+    length, width = params.car.length, params.car.width
+    d_along = opponents.wrap_half(c.arc - c.arc[car], ts.length)
+    d_side = jnp.abs(c.lateral - c.lateral[car])
+    in_lane = (state.active & (jnp.arange(c.arc.shape[0]) != car) & (d_along > 0.0)
+               & (d_along <= LANE_RANGE + length) & (d_side < width + LANE_MARGIN))
+    return jnp.min(jnp.where(in_lane, jnp.maximum(d_along - length, 0.0), NO_GAP)).astype(jnp.float32)
 
 
 def race_view(state: EnvState, params: EnvParams, ts: TrackSlice) -> RaceView:
@@ -64,6 +81,7 @@ def race_view(state: EnvState, params: EnvParams, ts: TrackSlice) -> RaceView:
         num_cars=jnp.sum(state.active).astype(jnp.int32),
         gap_ahead=gap_ahead.astype(jnp.float32),
         gap_behind=gap_behind.astype(jnp.float32),
+        lane_gap_ahead=lane_gap_ahead(state, params, ts, e),
         laps=c.laps[e],
         lap_time=state.time - c.lap_start[e],
         last_lap_time=c.last_lap[e],

@@ -79,6 +79,13 @@ class RaceView:
     gap_behind: jax.Array
     """f32, m, our progress minus that of the car one position behind (NO_GAP if none)."""
 
+    lane_gap_ahead: jax.Array
+    """f32, m, clear space from our nose to the tail of the nearest car ahead in our lane
+    (any car whose centre is ahead of ours along the track, within LANE_RANGE = 100 m, and
+    within a car width plus 0.5 m of ours sideways; race order and laps do not matter);
+    0 when touching or alongside, NO_GAP if no such car. Unlike gap_ahead it says whether
+    we are about to run into someone."""
+
     laps: jax.Array
     """i32, laps completed."""
 

@@ -2,7 +2,8 @@
 
 - `progress`: centre-line progress per step, the only reward of the GT7 vision agent.
 - `gt_sophy`: a GT Sophy style sum: progress, off-course, wall, tyre slip, passing and
-  collision terms (with extra weight when we run into the back of another car).
+  collision terms (with extra weight when we run into the back of another car), and a
+  tailgating term, off by default (`w_near`), for following a car in our lane too closely.
 """
 
 from __future__ import annotations
@@ -31,10 +32,12 @@ PARAMS = {
     "w_close": 0.2,        # per metre closed on the car ahead, when within 50 m
     "w_collision": 2.0,    # any contact with another car
     "w_rear_end": 6.0,     # extra, for running into the back of another car
+    "w_near": 0.0,         # per step closer than NEAR_HEADWAY behind a car in our lane (1 when touching)
 }
 DT = 0.1  # s per agent step
 SLIP_PEAK = 0.13  # rad
 CLOSE_RANGE = 50.0  # m
+NEAR_HEADWAY = 0.3  # s of our speed (plus 1 m) of clear space we keep to a car ahead in our lane
 
 
 def reward(prev, action, curr, params):
@@ -48,6 +51,7 @@ def reward(prev, action, curr, params):
     closing = jnp.where(same_car_ahead, prev.gap_ahead - curr.gap_ahead, 0.0)
     contact = (curr.side_contact | curr.hit_from_behind | curr.hit_other_from_behind).astype(f32)
     rear_end = curr.hit_other_from_behind.astype(f32)
+    near = jnp.clip(1.0 - curr.lane_gap_ahead / (NEAR_HEADWAY * curr.speed + 1.0), 0.0, 1.0)
     components = {
         "progress": params["w_progress"] * progress,
         "off_course": -params["w_off_course"] * off_course,
@@ -56,6 +60,7 @@ def reward(prev, action, curr, params):
         "passing": params["w_pass"] * positions + params["w_close"] * closing,
         "collision": -params["w_collision"] * contact,
         "rear_end": -params["w_rear_end"] * rear_end,
+        "near_miss": -params["w_near"] * near,
     }
     total = sum(components.values())
     return total, components

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from jaxrace.rewards.api import Action, RaceView
+from jaxrace.rewards.api import NO_GAP, Action, RaceView
 from jaxrace.rewards.clips import Clip
 
 SCHEMA_VERSION = 2
@@ -150,6 +150,11 @@ class QueuedPair:
     second: int
 
 
+# RaceView fields added after stores were first written, with the value an older clip reads
+# as (it did not record them): the store's clips stay usable for TAC and the judges.
+ADDED_VIEW_FIELDS = {"lane_gap_ahead": NO_GAP}
+
+
 def save_clip_arrays(path: str | Path, clips: Clip) -> Path:
     """Writes clips (leading axis P) to an `.npz` atomically; rows are addressed by index."""
     path = Path(path)
@@ -168,7 +173,16 @@ def load_clip_arrays(path: str | Path, rows=None) -> Clip:
     """Clips (leading axis P, or the given rows) from an `.npz` of `save_clip_arrays`."""
     with np.load(Path(path)) as data:
         pick = (lambda x: x) if rows is None else (lambda x: x[np.asarray(rows)])
-        views = RaceView(**{f.name: pick(data[f"views.{f.name}"]) for f in dataclasses.fields(RaceView)})
+        def view_field(name):
+            key = f"views.{name}"
+            if key in data.files:
+                return pick(data[key])
+            if name in ADDED_VIEW_FIELDS:
+                shape = pick(data["views.progress"]).shape
+                return np.full(shape, ADDED_VIEW_FIELDS[name], np.float32)
+            raise ValueError(f"{path}: the clips have no RaceView field '{name}'; not a clip file of this jaxrace")
+
+        views = RaceView(**{f.name: view_field(f.name) for f in dataclasses.fields(RaceView)})
         actions = Action(**{f.name: pick(data[f"actions.{f.name}"]) for f in dataclasses.fields(Action)})
         return Clip(views=views, actions=actions, valid=pick(data["valid"]))
 

@@ -16,10 +16,11 @@ DEFAULT_VIEW = dict(  # an ordinary mid-race state: the one home of RaceView def
     progress=1234.5, lap_progress=0.3, speed=45.0, longitudinal_accel=2.0, lateral_accel=5.0,
     lateral_offset=1.0, edge_margin=4.0, heading_error=0.05, off_course=False, on_kerb=False,
     wall_contact=False, tyre_slip=0.05, hit_from_behind=False, hit_other_from_behind=False, side_contact=False,
-    rank=4, start_rank=8, num_cars=8, gap_ahead=12.0, gap_behind=20.0, laps=1, lap_time=30.0,
+    rank=4, start_rank=8, num_cars=8, gap_ahead=12.0, gap_behind=20.0, lane_gap_ahead=7.4, laps=1, lap_time=30.0,
     last_lap_time=95.0, time=125.0, finished=False, reference_speed=55.0,
 )
-_PREV_DELTA = dict(progress=-4.5, lap_progress=-0.001, lap_time=-0.1, time=-0.1, gap_ahead=0.3, gap_behind=-0.2)
+_PREV_DELTA = dict(progress=-4.5, lap_progress=-0.001, lap_time=-0.1, time=-0.1, gap_ahead=0.3, gap_behind=-0.2,
+                   lane_gap_ahead=0.3)
 
 # (case, changes to prev, changes to curr, action (steering, throttle_brake))
 _CASES = (
@@ -30,11 +31,14 @@ _CASES = (
           longitudinal_accel=0.0, lateral_accel=0.0, tyre_slip=0.0), (0.0, 0.0)),
     ("before the first lap is done (laps 0, last_lap_time 0)",
      dict(laps=0, last_lap_time=0.0), dict(laps=0, last_lap_time=0.0), (0.0, 1.0)),
-    ("no car ahead or behind (gap_ahead = gap_behind = NO_GAP, rank 1, num_cars 1)",
-     dict(gap_ahead=NO_GAP, gap_behind=NO_GAP, rank=1, start_rank=1, num_cars=1),
-     dict(gap_ahead=NO_GAP, gap_behind=NO_GAP, rank=1, start_rank=1, num_cars=1), (0.0, 1.0)),
-    ("leading with cars behind (rank 1, gap_ahead = NO_GAP)",
-     dict(rank=1, gap_ahead=NO_GAP), dict(rank=1, gap_ahead=NO_GAP), (-0.2, 1.0)),
+    ("no car ahead or behind (gap_ahead = gap_behind = lane_gap_ahead = NO_GAP, rank 1, num_cars 1)",
+     dict(gap_ahead=NO_GAP, gap_behind=NO_GAP, lane_gap_ahead=NO_GAP, rank=1, start_rank=1, num_cars=1),
+     dict(gap_ahead=NO_GAP, gap_behind=NO_GAP, lane_gap_ahead=NO_GAP, rank=1, start_rank=1, num_cars=1), (0.0, 1.0)),
+    ("leading with cars behind (rank 1, gap_ahead = lane_gap_ahead = NO_GAP)",
+     dict(rank=1, gap_ahead=NO_GAP, lane_gap_ahead=NO_GAP), dict(rank=1, gap_ahead=NO_GAP, lane_gap_ahead=NO_GAP),
+     (-0.2, 1.0)),
+    ("a car comes into our lane close ahead (lane_gap_ahead NO_GAP -> 1 m)",
+     dict(lane_gap_ahead=NO_GAP), dict(lane_gap_ahead=1.0), (0.0, -0.5)),
     ("last place (rank = num_cars, gap_behind = NO_GAP)",
      dict(rank=8, gap_behind=NO_GAP), dict(rank=8, gap_behind=NO_GAP), (0.2, 1.0)),
     ("an overtake during the step (rank 5 -> 4)", dict(rank=5, gap_ahead=1.0), dict(rank=4, gap_ahead=30.0),
@@ -44,15 +48,17 @@ _CASES = (
      {}, dict(off_course=True, on_kerb=True, wall_contact=True, edge_margin=-3.0, lateral_offset=9.0,
               tyre_slip=0.9, heading_error=1.2, speed=20.0), (1.0, -1.0)),
     ("collisions (hit from behind, hit another from behind, side contact)",
-     {}, dict(hit_from_behind=True, hit_other_from_behind=True, side_contact=True, gap_ahead=0.0), (-1.0, 1.0)),
+     {}, dict(hit_from_behind=True, hit_other_from_behind=True, side_contact=True, gap_ahead=0.0,
+              lane_gap_ahead=0.0), (-1.0, 1.0)),
     ("a lap completed during the step (laps 1 -> 2, lap_time resets)",
      dict(laps=1, lap_progress=0.999, lap_time=96.0), dict(laps=2, lap_progress=0.002, lap_time=0.05,
                                                            last_lap_time=96.05), (0.0, 1.0)),
     ("the race finished during the step", dict(finished=False), dict(finished=True, laps=3), (0.0, 0.0)),
     ("driving backwards (progress falls, heading_error = pi)",
      dict(progress=1240.0), dict(progress=1238.0, heading_error=float(np.pi), speed=20.0), (0.0, 0.5)),
-    ("zero gaps (cars level, gap_ahead = gap_behind = 0)",
-     dict(gap_ahead=0.0, gap_behind=0.0), dict(gap_ahead=0.0, gap_behind=0.0), (0.0, 1.0)),
+    ("zero gaps (cars level, gap_ahead = gap_behind = lane_gap_ahead = 0)",
+     dict(gap_ahead=0.0, gap_behind=0.0, lane_gap_ahead=0.0), dict(gap_ahead=0.0, gap_behind=0.0, lane_gap_ahead=0.0),
+     (0.0, 1.0)),
 )
 NUM_RANDOM = 50
 
@@ -99,6 +105,7 @@ def _random_state(rng: np.random.Generator) -> dict:
         laps=int(rng.integers(0, 4)), lap_time=float(rng.uniform(0, 140)),
         last_lap_time=float(rng.uniform(80, 140)), time=float(rng.uniform(0, 500)),
         finished=bool(rng.random() < 0.05), reference_speed=float(rng.uniform(20, 80)),
+        lane_gap_ahead=float(rng.uniform(0, 100)) if num_cars > 1 and rng.random() < 0.6 else NO_GAP,
     )
 
 

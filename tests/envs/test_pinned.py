@@ -22,8 +22,8 @@ RANDOM_STARTS_DIGEST = "608122b3b97074541f8ea482"  # recorded on a726904, before
 def scripted_rollout(env, params, reset_key: int, step_key: int, steps: int, steer: float, freq: float,
                      throttle: float, params_axis):
     """`steps` steps of envs with scripted sinusoidal steering, auto-reset included; params shared
-    (`params_axis=None`) or one per env (0). EnvState.off_since_start came after the pins were
-    recorded and is left out."""
+    (`params_axis=None`) or one per env (0). EnvState.off_since_start and RaceView.lane_gap_ahead
+    came after the pins were recorded and are left out."""
     num_envs = 4 if params_axis is None else params.laps.shape[0]
     step = jax.vmap(env.step, in_axes=(0, 0, 0, params_axis))
     _, state = jax.vmap(env.reset, in_axes=(0, params_axis))(jax.random.split(jax.random.key(reset_key), num_envs),
@@ -35,10 +35,10 @@ def scripted_rollout(env, params, reset_key: int, step_key: int, steps: int, ste
                            axis=-1)
         obs, state, reward, terminated, truncated, info = step(
             jax.random.split(jax.random.fold_in(jax.random.key(step_key), i), num_envs), state, action, params)
-        return state, (obs, reward, terminated, truncated, info["view"])
+        return state, (obs, reward, terminated, truncated, info["view"].replace(lane_gap_ahead=None))
 
     state, outs = jax.jit(lambda s: jax.lax.scan(body, s, jnp.arange(steps)))(state)
-    return state.replace(off_since_start=None), outs
+    return state.replace(off_since_start=None, view=state.view.replace(lane_gap_ahead=None)), outs
 
 
 def rollout_outputs():

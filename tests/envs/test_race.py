@@ -441,6 +441,39 @@ def test_rear_end_contact_records_who_hit_whom():
     assert float(state.cars.arc[1] - state.cars.arc[0]) >= float(params.car.length) - 0.3
 
 
+def test_lane_gap_ahead_is_the_clear_space_to_the_nearest_car_in_our_lane():
+    from jaxrace.envs.observation import LANE_RANGE, lane_gap_ahead
+    from jaxrace.envs.track import track_slice
+
+    env, params = jaxrace.make(track="oval", num_opponents=5)
+    _, state = env.reset(jax.random.key(0), params)
+    ts = track_slice(params.tracks)
+    length = float(ts.length)
+
+    def gap(arc, lateral, active=(True,) * 6):
+        s = _set_cars(state, arc=jnp.asarray(arc, jnp.float32), lateral=jnp.asarray(lateral, jnp.float32))
+        return float(lane_gap_ahead(s.replace(active=jnp.asarray(active)), params, ts))
+
+    # Car 1 in our lane 10 m ahead (centre to centre): 10 - 4.6 m clear. Car 2 is nearer but
+    # 3 m to the side (beyond 2 + 0.5 m), car 3 is behind, car 4 in lane further on.
+    arcs, lats = [200.0, 210.0, 204.0, 190.0, 230.0, 600.0], [0.0, 2.4, 3.0, 0.0, -0.5, 0.0]
+    assert gap(arcs, lats) == pytest.approx(10.0 - 4.6, abs=1e-4)
+    # An inactive car does not count; the next one in lane does.
+    assert gap(arcs, lats, (True, False, True, True, True, True)) == pytest.approx(30.0 - 4.6, abs=1e-4)
+    # Overlapping boxes read 0; across the start line the gap wraps.
+    assert gap([200.0, 203.0, 0, 0, 0, 0], [0.0, 0.5, 9, 9, 9, 9]) == 0.0
+    assert gap([length - 2.0, 8.0, 0, 0, 0, 0], [0.0, 0.0, 9, 9, 9, 9]) == pytest.approx(10.0 - 4.6, abs=1e-3)
+    # Nobody in lane within range: NO_GAP.
+    far = 200.0 + LANE_RANGE + 4.6 + 1.0
+    assert gap([200.0, far, 150, 150, 150, 150], [0.0, 0.0, 0, 0, 0, 0]) == NO_GAP
+    # The env's RaceView carries it: on the grid the car straight ahead is on the other side,
+    # so our lane's car is two grid slots (16 m) ahead.
+    env8, params8 = jaxrace.make(track="club", num_opponents=7, laps=2)
+    _, grid_state = env8.reset(jax.random.key(0), params8)
+    assert float(grid_state.view.gap_ahead) == pytest.approx(8.0)
+    assert float(grid_state.view.lane_gap_ahead) == pytest.approx(16.0 - 4.6, abs=1e-3)
+
+
 def test_ranks_and_lap_bookkeeping_on_scripted_progress(grid):
     _, params = grid
     _, state = grid[0].reset(jax.random.key(0), params)

@@ -57,6 +57,15 @@ def test_gt_sophy_passing_pays_positions_and_closing_on_the_car_ahead():
     assert lost["passing"] == pytest.approx(-5.0)
 
 
+def test_gt_sophy_near_miss_is_off_by_default_and_grows_as_the_lane_gap_closes():
+    _, off = gt_sophy(view(), view(lane_gap_ahead=0.0))
+    assert off["near_miss"] == 0.0
+    # At 30 m/s the term starts at 0.3 s x 30 m/s + 1 m = 10 m of clear space ahead in our lane.
+    near = [gt_sophy(view(), view(speed=30.0, lane_gap_ahead=g), w_near=4.0)[1]["near_miss"]
+            for g in (NO_GAP, 12.0, 10.0, 7.5, 2.5, 0.0)]
+    assert near == pytest.approx([0.0, 0.0, 0.0, -1.0, -3.0, -4.0])
+
+
 def test_gt_sophy_weights_are_tunable_params():
     total, comps = gt_sophy(view(progress=0.0), view(progress=3.0, wall_contact=True, speed=20.0), w_wall=0.5,
                             w_progress=2.0)

@@ -10,7 +10,7 @@ import jax
 import numpy as np
 import pytest
 
-from jaxrace.rewards import synthetic
+from jaxrace.rewards import NO_GAP, synthetic
 from jaxrace.rewards.clips import Clip
 from jaxrace.rewards.preferences import SCHEMA_VERSION, PreferenceStore, load_clip_arrays, save_clip_arrays
 
@@ -64,6 +64,21 @@ def test_clip_arrays_round_trip(tmp_path):
                     strict=True):
         np.testing.assert_array_equal(x, y)
         assert x.dtype == y.dtype
+
+
+def test_clips_written_before_lane_gap_ahead_existed_load_with_no_car_in_lane(tmp_path):
+    path = save_clip_arrays(tmp_path / "c.npz", clips(3))
+    with np.load(path) as data:
+        old = {k: data[k] for k in data.files if k != "views.lane_gap_ahead"}
+    np.savez(tmp_path / "old.npz", **old)
+    back = load_clip_arrays(tmp_path / "old.npz", rows=[1])
+    assert back.views.lane_gap_ahead.shape == (1, 5) and back.views.lane_gap_ahead.dtype == np.float32
+    assert np.all(back.views.lane_gap_ahead == NO_GAP)
+    np.testing.assert_array_equal(back.views.progress, np.full((1, 5), 1.0, np.float32))
+    # Any other missing field is not a clip file of this jaxrace: said with the path.
+    np.savez(tmp_path / "bad.npz", **{k: v for k, v in old.items() if k != "views.speed"})
+    with pytest.raises(ValueError, match="bad.npz.*no RaceView field 'speed'"):
+        load_clip_arrays(tmp_path / "bad.npz")
 
 
 WRITER = textwrap.dedent("""
