@@ -89,6 +89,8 @@ ABLATIONS = (
                  "dropped: leaves the track more"),
     _vs_averaged("a quarter of the random starts off the track", "-offtrack025", (2, 3, 1),
                  "option, not default: fewer race course-outs on 4 of 6 seeds, as many targets", brands=(1, 2, 3)),
+    _vs_averaged("fresh networks every 5,000 epochs (twice a run)", "-reinit5000", (1,),
+                 "dropped: each reset costs more than the run has left to recover", brands=(1,)),
 )
 
 SECOND_HALF = ("mean position", "at-fault contacts per race", "course-outs per race",

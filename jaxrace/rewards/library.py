@@ -2,8 +2,9 @@
 
 - `progress`: centre-line progress per step, the only reward of the GT7 vision agent.
 - `gt_sophy`: a GT Sophy style sum: progress, off-course, wall, tyre slip, passing and
-  collision terms (with extra weight when we run into the back of another car), and a
-  tailgating term, off by default (`w_near`), for following a car in our lane too closely.
+  collision terms (with extra weight when we run into the back of another car), and two
+  terms off by default: tailgating (`w_near`), following a car in our lane too closely, and
+  pushing (`w_push`), throttle held while running into a car's back or the step after.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ PARAMS = {
     "w_collision": 2.0,    # any contact with another car
     "w_rear_end": 6.0,     # extra, for running into the back of another car
     "w_near": 0.0,         # per step closer than NEAR_HEADWAY behind a car in our lane (1 when touching)
+    "w_push": 0.0,         # per unit of throttle while we run into a car's back, or the step after
 }
 DT = 0.1  # s per agent step
 SLIP_PEAK = 0.13  # rad
@@ -52,6 +54,8 @@ def reward(prev, action, curr, params):
     contact = (curr.side_contact | curr.hit_from_behind | curr.hit_other_from_behind).astype(f32)
     rear_end = curr.hit_other_from_behind.astype(f32)
     near = jnp.clip(1.0 - curr.lane_gap_ahead / (NEAR_HEADWAY * curr.speed + 1.0), 0.0, 1.0)
+    pushing = (prev.hit_other_from_behind | curr.hit_other_from_behind).astype(f32)
+    push = pushing * jnp.maximum(action.throttle_brake, 0.0)
     components = {
         "progress": params["w_progress"] * progress,
         "off_course": -params["w_off_course"] * off_course,
@@ -61,6 +65,7 @@ def reward(prev, action, curr, params):
         "collision": -params["w_collision"] * contact,
         "rear_end": -params["w_rear_end"] * rear_end,
         "near_miss": -params["w_near"] * near,
+        "push": -params["w_push"] * push,
     }
     total = sum(components.values())
     return total, components

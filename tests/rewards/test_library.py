@@ -66,6 +66,20 @@ def test_gt_sophy_near_miss_is_off_by_default_and_grows_as_the_lane_gap_closes()
     assert near == pytest.approx([0.0, 0.0, 0.0, -1.0, -3.0, -4.0])
 
 
+def test_gt_sophy_push_charges_throttle_into_a_cars_back_and_the_step_after():
+    def push(prev, curr, pedal, **params):
+        _, comps = library_reward("gt_sophy")(prev, action(throttle_brake=pedal), curr, params or None)
+        return float(comps["push"])
+
+    hit, clear = view(hit_other_from_behind=True), view()
+    assert push(clear, hit, 1.0) == 0.0  # off by default
+    assert push(clear, hit, 0.5, w_push=20.0) == pytest.approx(-10.0)
+    assert push(hit, clear, 1.0, w_push=20.0) == pytest.approx(-20.0)  # the step after the contact
+    assert push(hit, hit, -1.0, w_push=20.0) == 0.0  # braking is never charged
+    assert push(clear, clear, 1.0, w_push=20.0) == 0.0
+    assert push(clear, view(hit_from_behind=True, side_contact=True), 1.0, w_push=20.0) == 0.0  # not our fault
+
+
 def test_gt_sophy_weights_are_tunable_params():
     total, comps = gt_sophy(view(progress=0.0), view(progress=3.0, wall_contact=True, speed=20.0), w_wall=0.5,
                             w_progress=2.0)
