@@ -91,6 +91,8 @@ ABLATIONS = (
                  "option, not default: fewer race course-outs on 4 of 6 seeds, as many targets", brands=(1, 2, 3)),
     _vs_averaged("fresh networks every 5,000 epochs (twice a run)", "-reinit5000", (1,),
                  "dropped: each reset costs more than the run has left to recover", brands=(1,)),
+    _vs_averaged("tailgating term w_near=3 (lane_gap_ahead)", "-near3", (1,),
+                 "dropped: cleaner by not racing, leaves the track more", brands=(1,)),
 )
 
 SECOND_HALF = ("mean position", "at-fault contacts per race", "course-outs per race",

@@ -81,10 +81,10 @@ class RaceView:
 
     lane_gap_ahead: jax.Array
     """f32, m, clear space from our nose to the tail of the nearest car ahead in our lane
-    (any car whose centre is ahead of ours along the track, within LANE_RANGE = 100 m, and
-    within a car width plus 0.5 m of ours sideways; race order and laps do not matter);
-    0 when touching or alongside, NO_GAP if no such car. Unlike gap_ahead it says whether
-    we are about to run into someone."""
+    (any car whose centre is ahead of ours along the track and within a car width plus
+    0.5 m of ours sideways; race order and laps do not matter); 0 when touching or
+    alongside, NO_GAP if no such car with at most 100 m of clear space. Unlike gap_ahead
+    it says whether we are about to run into someone."""
 
     laps: jax.Array
     """i32, laps completed."""

@@ -24,6 +24,7 @@ import json
 import os
 import sqlite3
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -178,6 +179,8 @@ def load_clip_arrays(path: str | Path, rows=None) -> Clip:
             if key in data.files:
                 return pick(data[key])
             if name in ADDED_VIEW_FIELDS:
+                warnings.warn(f"{path} predates RaceView.{name}: its clips read it as "
+                              f"{ADDED_VIEW_FIELDS[name]:g}", stacklevel=3)
                 shape = pick(data["views.progress"]).shape
                 return np.full(shape, ADDED_VIEW_FIELDS[name], np.float32)
             raise ValueError(f"{path}: the clips have no RaceView field '{name}'; not a clip file of this jaxrace")

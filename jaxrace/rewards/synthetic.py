@@ -84,7 +84,8 @@ _EXTREME_CASES = (
      (0.0, 0.1)),
     ("far behind the start line (progress -500 m)", dict(progress=-505.0), dict(progress=-500.0, laps=0,
                                                                                  last_lap_time=0.0), (0.0, 1.0)),
-    ("huge gaps (gap_ahead and gap_behind 5000 m)", {}, dict(gap_ahead=5000.0, gap_behind=5000.0), (0.0, 1.0)),
+    ("huge gaps (gap_ahead, gap_behind and lane_gap_ahead 5000 m)", {},
+     dict(gap_ahead=5000.0, gap_behind=5000.0, lane_gap_ahead=5000.0), (0.0, 1.0)),
 )
 
 

@@ -463,9 +463,16 @@ def test_lane_gap_ahead_is_the_clear_space_to_the_nearest_car_in_our_lane():
     # Overlapping boxes read 0; across the start line the gap wraps.
     assert gap([200.0, 203.0, 0, 0, 0, 0], [0.0, 0.5, 9, 9, 9, 9]) == 0.0
     assert gap([length - 2.0, 8.0, 0, 0, 0, 0], [0.0, 0.0, 9, 9, 9, 9]) == pytest.approx(10.0 - 4.6, abs=1e-3)
-    # Nobody in lane within range: NO_GAP.
+    # Up to LANE_RANGE of clear space counts; beyond it, NO_GAP.
+    assert gap([200.0, 200.0 + 102.0, 150, 150, 150, 150], [0.0] * 6) == pytest.approx(102.0 - 4.6, abs=1e-3)
     far = 200.0 + LANE_RANGE + 4.6 + 1.0
     assert gap([200.0, far, 150, 150, 150, 150], [0.0, 0.0, 0, 0, 0, 0]) == NO_GAP
+    # Jitted and vmapped over envs, as the trainer computes it, the values are the same.
+    states = jax.tree.map(lambda *xs: jnp.stack(xs), *[
+        _set_cars(state, arc=jnp.asarray(a, jnp.float32), lateral=jnp.asarray(lat, jnp.float32))
+        for a, lat in ((arcs, lats), ([200.0, 203.0, 0, 0, 0, 0], [0.0, 0.5, 9, 9, 9, 9]))])
+    batched = jax.jit(jax.vmap(lane_gap_ahead, in_axes=(0, None, None)))(states, params, ts)
+    np.testing.assert_allclose(np.asarray(batched), [10.0 - 4.6, 0.0], atol=1e-4)
     # The env's RaceView carries it: on the grid the car straight ahead is on the other side,
     # so our lane's car is two grid slots (16 m) ahead.
     env8, params8 = jaxrace.make(track="club", num_opponents=7, laps=2)

@@ -71,7 +71,8 @@ def test_clips_written_before_lane_gap_ahead_existed_load_with_no_car_in_lane(tm
     with np.load(path) as data:
         old = {k: data[k] for k in data.files if k != "views.lane_gap_ahead"}
     np.savez(tmp_path / "old.npz", **old)
-    back = load_clip_arrays(tmp_path / "old.npz", rows=[1])
+    with pytest.warns(UserWarning, match="old.npz predates RaceView.lane_gap_ahead"):
+        back = load_clip_arrays(tmp_path / "old.npz", rows=[1])
     assert back.views.lane_gap_ahead.shape == (1, 5) and back.views.lane_gap_ahead.dtype == np.float32
     assert np.all(back.views.lane_gap_ahead == NO_GAP)
     np.testing.assert_array_equal(back.views.progress, np.full((1, 5), 1.0, np.float32))
