@@ -93,6 +93,8 @@ ABLATIONS = (
                  "dropped: each reset costs more than the run has left to recover", brands=(1,)),
     _vs_averaged("tailgating term w_near=3 (lane_gap_ahead)", "-near3", (1,),
                  "dropped: cleaner by not racing, leaves the track more", brands=(1,)),
+    _vs_averaged("pushing term w_push=30 (throttle into a car's back)", "-push30", (1, 2),
+                 "dropped: contacts fall on 2 seeds of 4, races further back on 3", brands=(1, 2)),
 )
 
 SECOND_HALF = ("mean position", "at-fault contacts per race", "course-outs per race",
