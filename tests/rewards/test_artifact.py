@@ -40,21 +40,21 @@ def compiled():
 
 
 def test_values_match_a_numpy_reference_on_a_batch_without_vmap(compiled):
-    prev, act, curr, _ = synthetic_batch()
+    prev, act, curr, names = synthetic_batch()
     total, comps = compiled(prev, act, curr)  # fields with a leading batch axis: no vmap needed
     want, progress, slip = reference(prev, act, curr)
-    assert total.shape == (64,) and total.dtype == jnp.float32
+    assert total.shape == prev.progress.shape == (len(names),) and total.dtype == jnp.float32
     np.testing.assert_allclose(total, want, rtol=1e-6, atol=1e-5)
     np.testing.assert_allclose(comps["progress"], progress, rtol=1e-6)
     np.testing.assert_allclose(comps["slip"], slip, rtol=1e-6)
 
 
 def test_nested_vmap_over_candidates_and_transitions_equals_one_call_each(compiled):
-    prev, act, curr, _ = synthetic_batch()
+    prev, act, curr, names = synthetic_batch()
     weights = jnp.asarray([[1.0, 2.0], [0.5, 0.0], [2.0, 10.0]], jnp.float32)
     nested = jax.jit(jax.vmap(jax.vmap(compiled.apply, in_axes=(None, 0, 0, 0)), in_axes=(0, None, None, None)))
     totals, comps = nested(weights, prev, act, curr)
-    assert totals.shape == (3, 64) and comps.shape == (3, 64, 2)
+    assert totals.shape == (3, len(names)) and comps.shape == (3, len(names), 2)
     for i, (wp, ws) in enumerate(np.asarray(weights)):
         np.testing.assert_allclose(totals[i], reference(prev, act, curr, wp, ws)[0], rtol=1e-5, atol=1e-4)
 
