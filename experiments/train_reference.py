@@ -235,6 +235,9 @@ def main() -> None:
     parser.add_argument("--assess", default=None, metavar="DIR",
                         help="no training: assess the actors a run saved with --save DIR (same options and seed)")
     parser.add_argument("--alone", type=float, default=0.5, help="share of training envs with no opponent")
+    parser.add_argument("--alone-first", type=float, default=0.0, metavar="SHARE",
+                        help="curriculum: every env drives alone for this share of --minutes, then --alone of "
+                             "them (the envs restart at the switch; the second phase compiles its own chunk)")
     parser.add_argument("--lookahead", type=float, nargs=2, default=(30, 10.0), metavar=("POINTS", "SPACING"),
                         help="track-edge points ahead in the observation and metres between them")
     parser.add_argument("--traffic-seconds", type=float, default=0.0,
@@ -262,6 +265,8 @@ def main() -> None:
         parser.error(f"--offtrack-start must be in [0, 1], got {args.offtrack_start}")
     if not 0.0 <= args.keep_going <= 1.0:
         parser.error(f"--keep-going must be in [0, 1], got {args.keep_going}")
+    if not 0.0 <= args.alone_first < 1.0:
+        parser.error(f"--alone-first must be in [0, 1), got {args.alone_first}")
     if args.corner_prob and not args.pack_gap:
         parser.error("--corner-prob needs --pack-gap: only packed traffic starts can start at a corner")
 
@@ -277,22 +282,29 @@ def main() -> None:
                                course_out_margin=args.train_course_out_margin)
     params = setup(env, params, SKILL, args.steer_lock_speed)
     num_envs = args.envs
-    alone = round(args.alone * num_envs)
     key = jax.random.key(args.seed)
-    # (the third key is unused since races took their reset keys from k_eval; kept so seeds train as before)
-    k_init, k_eval, _, k_select, k_train_ai, k_fields = jax.random.split(key, 6)
+    # (the third key restarts the envs at --alone-first's switch; before that option it was unused)
+    k_init, k_eval, k_restart, k_select, k_train_ai, k_fields = jax.random.split(key, 6)
     traffic_limit = args.traffic_seconds or 1.6 * ref_lap
-    per_env = dict(num_active_opponents=[0] * alone + [7] * (num_envs - alone),
-                   random_start_gap=[0.0] * alone + [args.pack_gap] * (num_envs - alone),
-                   time_limit=[1.6 * ref_lap] * alone + [traffic_limit] * (num_envs - alone))
-    if args.keep_going:
-        def ending(envs: int) -> list[bool]:  # the last `--keep-going` share of a group drives on
-            on = round(args.keep_going * envs)
-            return [args.terminate_on_course_out] * (envs - on) + [False] * on
-        per_env["terminate_on_course_out"] = ending(alone) + ending(num_envs - alone)
-    if args.ai_aggression == "varied":
-        per_env["aggression"] = jax.random.uniform(k_train_ai, (num_envs, env.static.num_cars))
-    params = per_env_params(params, num_envs, **per_env)
+
+    base_params = params
+
+    def env_params(alone_share: float):
+        """Per-env params: the first `alone_share` of the envs alone, the others in traffic."""
+        alone = round(alone_share * num_envs)
+        per_env = dict(num_active_opponents=[0] * alone + [7] * (num_envs - alone),
+                       random_start_gap=[0.0] * alone + [args.pack_gap] * (num_envs - alone),
+                       time_limit=[1.6 * ref_lap] * alone + [traffic_limit] * (num_envs - alone))
+        if args.keep_going:
+            def ending(envs: int) -> list[bool]:  # the last `--keep-going` share of a group drives on
+                on = round(args.keep_going * envs)
+                return [args.terminate_on_course_out] * (envs - on) + [False] * on
+            per_env["terminate_on_course_out"] = ending(alone) + ending(num_envs - alone)
+        if args.ai_aggression == "varied":
+            per_env["aggression"] = jax.random.uniform(k_train_ai, (num_envs, env.static.num_cars))
+        return per_env_params(base_params, num_envs, **per_env)
+
+    params = env_params(1.0 if args.alone_first else args.alone)
     # The time trial is the race env with no opponent taking part (same observation shape).
     tt_env, tt_params = jaxrace.make(track=track, start="grid_back", laps=2, num_active_opponents=0, **look)
     race_env, race_params = jaxrace.make(track=track, start="grid_back", laps=RACE_LAPS, **look)
@@ -316,6 +328,8 @@ def main() -> None:
                          host_updates=args.host_updates == "on" or (args.host_updates == "auto" and pixels
                                                                     and jax.default_backend() == "cpu"))
     trainer = make_train(config, env, params, bank)
+    # The curriculum's second phase: the same networks and replay, the envs in traffic.
+    later = make_train(config, env, env_params(args.alone), bank) if args.alone_first else None
     weights = parse_weights(parser, args.weight)
     hparams = jax.tree.map(jnp.float32, HParams(
         reward_scale=args.reward_scale, discount=args.discount, target_entropy=args.target_entropy,
@@ -344,15 +358,22 @@ def main() -> None:
     keep = KeepBest(score, every=args.eval_every)
     init = jax.jit(trainer.init)
     budget = 60 * args.minutes
-    fused_chunk = jax.jit(lambda s, h: trainer.run_epochs(s, h, 0, args.chunk_epochs), donate_argnums=0)
+    fused_chunks = {id(t): jax.jit(lambda s, h, t=t: t.run_epochs(s, h, 0, args.chunk_epochs), donate_argnums=0)
+                    for t in (trainer, later) if t is not None}
+    training = trainer  # the curriculum's phase: `later` from the switch on
 
     def chunk(s, h, done: int):
         """`--chunk-epochs` epochs after `done`: one fused program, or split with a host loop of updates."""
         if not config.host_updates:
-            return fused_chunk(s, h)
-        s, m = split_epochs(trainer, jax.tree.map(lambda x: x[None], s), per_run_hparams(h, 1),
+            return fused_chunks[id(training)](s, h)
+        s, m = split_epochs(training, jax.tree.map(lambda x: x[None], s), per_run_hparams(h, 1),
                             jnp.zeros(1, jnp.int32), args.chunk_epochs, first_epoch=done)
         return jax.tree.map(lambda x: x[0], (s, m))
+
+    def restart_in_traffic(s):
+        """The curriculum's switch: every env restarts under `later`'s params; networks and replay kept."""
+        # (the key init would reset the envs with: the curriculum runs in README were made so)
+        return committed(jax.jit(later.restart_envs)(s, jax.random.split(k_restart, 3)[1]))
 
     def hparams_at(elapsed_s: float) -> HParams:  # learning rates are traced: a new value compiles nothing
         if args.lr_decay is None:
@@ -368,8 +389,14 @@ def main() -> None:
     keep.start(jax.tree.map(lambda x: x[None], state.policy_actor))
     curve, chunks = [], 0
     chunk_s = eval_s = 0.0
+    switched_at = None
     while time.perf_counter() - t0 + chunk_s + (eval_s if (chunks + 1) % args.eval_every == 0 else 0.0) < budget \
             and (args.steps is None or chunks * args.chunk_epochs * steps_per_epoch < args.steps):
+        if later is not None and switched_at is None and time.perf_counter() - t0 >= args.alone_first * budget:
+            state, training, switched_at = restart_in_traffic(state), later, chunks * args.chunk_epochs
+            chunk_s = 0.0  # the next chunk compiles
+            print(f"{time.perf_counter() - t0:7.0f} s  curriculum: {args.alone:.0%} of the envs alone from epoch "
+                  f"{switched_at} on", flush=True)
         started = time.perf_counter()
         state, metrics = chunk(state, hparams_at(time.perf_counter() - t0), chunks * args.chunk_epochs)
         chunks += 1
@@ -434,6 +461,9 @@ def main() -> None:
              "value": round(float(np.mean([e["race_outs"] / e["races"] for e in late])), 2), "unit": "count"},
             {"name": f"{tag}second half of training, time-trial course-outs per evaluation",
              "value": round(float(np.mean([e["outs"] for e in late])), 2), "unit": "count"}]
+    if args.alone_first:
+        rows.append({"name": f"{tag}curriculum: env steps alone before the switch to traffic",
+                     "value": None if switched_at is None else switched_at * steps_per_epoch, "unit": "steps"})
     rows.append({"name": f"{tag}checkpoint evaluations", "value": evals, "unit": "list"})
     rows.append({"name": f"{tag}training curve: env steps, progress m/step, reward per step", "unit": "list",
                  "value": [[int(n), round(p, 3), round(r, 3)] for n, p, r in curve]})

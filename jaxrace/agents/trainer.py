@@ -129,6 +129,7 @@ class Learner:
     loss_fn: Callable  # (nets, target_critic, batch, hparams, key) -> Losses
     sample: Callable  # (replay, key) -> Transition [batch_size, sequence_length]
     next_frames: Callable  # (sequence Transition [S], steps i32[T]) -> uint8[T, H, W, 3], pixels only
+    restart_envs: Callable  # (state, key) -> state: every env starts a new episode under this learner's params
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -146,6 +147,10 @@ class Trainer:
     @property
     def initial_carry(self) -> Callable:
         return self.learner.initial_carry
+
+    @property
+    def restart_envs(self) -> Callable:
+        return self.learner.restart_envs
 
     @property
     def loss_fn(self) -> Callable:
@@ -289,6 +294,17 @@ def make_learner(config: TrainConfig, env, env_params: EnvParams) -> Learner:
         new = _select(failed, state, new)
         return new.replace(failed=failed, key=key), (out.critic, out.actor)
 
+    def restart_envs(state: TrainState, key) -> TrainState:
+        """Every env starts a new episode under this learner's env params; networks, replay and key kept.
+
+        A curriculum hands a state trained under other per-env params (say, every env
+        alone) to a learner of the same config with new ones (traffic): the state's shapes
+        do not depend on the params' values. The cut episodes' last stored transitions are
+        not marked truncated, so one n-step window per env can run across the restart.
+        """
+        rollout = acting.reset(key)
+        return state.replace(env_state=rollout.env_state, obs=rollout.obs, carry=rollout.carry, reset=rollout.reset)
+
     def reinitialise(state: TrainState) -> TrainState:
         """Fresh networks and optimiser states (primacy bias; the average restarts too); replay, temperature
         and envs kept."""
@@ -340,4 +356,5 @@ def make_learner(config: TrainConfig, env, env_params: EnvParams) -> Learner:
     return Learner(config=config, init=init, collect=collect, learn=learn, store=store, update=update,
                    finish=finish, policy=acting.policy,
                    initial_carry=lambda: carry0, loss_fn=loss_fn,
-                   sample=lambda replay, key: buffer.sample(replay, key).experience, next_frames=next_frames)
+                   sample=lambda replay, key: buffer.sample(replay, key).experience, next_frames=next_frames,
+                   restart_envs=restart_envs)

@@ -11,6 +11,7 @@ from pins import digest
 import jaxrace
 from jaxrace.agents import HParams, TrainConfig, make_train, train_many
 from jaxrace.agents.runner import committed
+from jaxrace.envs import per_env_params
 from jaxrace.rewards import RewardBank, compile_reward, library_reward
 
 # Within the compiler's magnitude limit at its default weight; a run given scale 1e9 diverges.
@@ -82,6 +83,35 @@ def test_a_loop_of_chunks_from_a_committed_init_state_compiles_once(trainer):
     for _ in range(2):
         state = fresh(state)[0]
     assert fresh._cache_size() == 1
+
+
+def test_a_curriculum_hands_the_state_to_a_learner_in_traffic_and_restarts_every_env():
+    """train_reference's --alone-first: a state trained with every env alone goes on under a learner
+    whose envs are half in traffic; the restart keeps networks, replay and key and resets the envs."""
+    env, params = jaxrace.make(track="oval", start="random", time_limit=60.0)
+    bank = RewardBank.from_compiled([library_reward("progress")])
+    config = TrainConfig(num_envs=4, rollout_steps=4, updates_per_epoch=2, batch_size=16, replay_size=2000,
+                         warmup_epochs=1, epochs=2)
+    alone = make_train(config, env, per_env_params(params, 4, num_active_opponents=[0] * 4), bank)
+    traffic = make_train(config, env, per_env_params(params, 4, num_active_opponents=[0, 0, 7, 7]), bank)
+    hparams = HParams()
+    state, _ = jax.jit(lambda k: alone.run_epochs(alone.init(k, hparams, 0), hparams, 0, 2))(jax.random.key(0))
+    assert not np.asarray(state.env_state.active[:, 1:]).any()
+
+    restarted = jax.jit(traffic.restart_envs)(state, jax.random.key(1))
+    for name in ("actor", "critic", "target_critic", "log_alpha", "replay", "epoch"):
+        for a, b in zip(jax.tree.leaves(getattr(restarted, name)), jax.tree.leaves(getattr(state, name)), strict=True):
+            np.testing.assert_array_equal(a, b, err_msg=name)
+    np.testing.assert_array_equal(jax.random.key_data(restarted.key), jax.random.key_data(state.key))
+    assert np.asarray(restarted.reset).all()
+    active = np.asarray(restarted.env_state.active)
+    assert active[:, 0].all() and not active[:2, 1:].any() and active[2:, 1:].all()
+    assert np.all(np.asarray(restarted.env_state.steps) == 0)
+
+    later, metrics = jax.jit(lambda s: traffic.run_epochs(s, hparams, 0, 2))(restarted)
+    assert int(later.epoch) == 4 and not bool(later.failed)
+    assert np.isfinite(np.asarray(metrics.critic_loss)).all() and (np.asarray(metrics.critic_loss) > 0).all()
+    assert np.asarray(later.env_state.active[2:, 1:]).all()  # the traffic envs stay in traffic
 
 
 def test_host_updates_train_as_the_scan_of_updates_does(setup, trainer):
