@@ -95,6 +95,13 @@ ABLATIONS = (
                  "dropped: cleaner by not racing, leaves the track more", brands=(1,)),
     _vs_averaged("pushing term w_push=30 (throttle into a car's back)", "-push30", (1, 2),
                  "dropped: contacts fall on 2 seeds of 4, races further back on 3", brands=(1, 2)),
+    _vs_averaged("curriculum: a third of the budget alone, then 75% of the envs in traffic", "-curric", (1, 2, 3),
+                 "option, not default: 1.1 fewer at-fault contacts per race, more time-trial outs, as many targets",
+                 brands=(1, 2, 3)),
+    Ablation("on one H100 GPU: 128 envs, batches of 1,024, 6 minutes", AVG,
+             _seeds("gp-E-envs128-b1024-avg-h100-seed{}", "gp-E-envs32-avg-seed{}", (1, 2))
+             + _seeds("brands-E-envs128-b1024-avg-h100-seed{}", "brands-E-envs32-avg-seed{}", (1, 2)),
+             "not adopted: 2.4x the env steps, worse on BrandsHatch"),
 )
 
 SECOND_HALF = ("mean position", "at-fault contacts per race", "course-outs per race",
