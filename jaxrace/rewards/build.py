@@ -286,6 +286,12 @@ def validation_cases() -> tuple[RaceView, Action, RaceView, tuple[str, ...], int
     return prev, action, curr, ordinary[3] + extreme[3], len(ordinary[3])
 
 
+# Validation runs its executable twice and throws it away: LLVM's optimisations cost more
+# compile time than they save at run time. Buffer assignment (what `memory_analysis`
+# reports) happens before the backend and is the same at every level.
+VALIDATION_COMPILER_OPTIONS = {"xla_backend_optimization_level": 0}
+
+
 def _tile(batch, size: int):
     return jax.tree.map(lambda x: np.resize(np.asarray(x), (size,) + x.shape[1:]), batch)
 
@@ -330,7 +336,7 @@ def validate_artifact(artifact: RewardArtifact, limits: Limits) -> None:
     try:
         tiled = [_tile(x, size) for x in (prev, action, curr)]
         one = [_one(x, slice(0, 1)) for x in (prev, action, curr)]
-        big = jax.jit(both).lower(weights, tiled, one).compile()
+        big = jax.jit(both).lower(weights, tiled, one).compile(VALIDATION_COMPILER_OPTIONS)
         (total, components), (one_total, one_components), _ = jax.device_get(big(weights, tiled, one))
         total, components = total[:num_cases], components[:num_cases]
         repeat = [np.asarray(x)[:num_cases] for x in big(weights, tiled, one)[0]]

@@ -180,3 +180,30 @@ def test_the_export_shortcut_steps_aside_where_jax_lacks_its_private_names(monke
     with build._quick_batch_checks():
         assert not hasattr(shape_poly, "_evaluate_multiply")
     assert not hasattr(shape_poly, "_evaluate_multiply")
+
+
+def test_the_unoptimised_validation_compile_measures_the_memory_and_values_of_an_optimised_one():
+    """Validation compiles at LLVM level 0 (`build.VALIDATION_COMPILER_OPTIONS`): its
+    temporary memory (the limit's measure) must be the optimised program's, and its values
+    the same to float32 rounding. (Trusted library source, exported in this process.)"""
+    from jaxrace.rewards import build
+    from jaxrace.rewards.artifact import load_call
+    from jaxrace.rewards.library import LIBRARY
+
+    source = LIBRARY["gt_sophy"]
+    info = build.check_policy(build.parse_program(source))
+    fn = build.execute_program(source, info)
+    artifact = build.export_program(source, info, fn, build.trace_program(source, info, fn))
+    prev, act, curr, _, _ = build.validation_cases()
+    weights = np.asarray([v for _, v in artifact.params], np.float32)
+    tiled = [build._tile(x, 4096) for x in (prev, act, curr)]
+    one = [build._one(x, slice(0, 1)) for x in (prev, act, curr)]
+    both = build.validation_function(load_call(artifact))
+    results = []
+    for options in (None, build.VALIDATION_COMPILER_OPTIONS):
+        compiled = jax.jit(both).lower(weights, tiled, one).compile(options)
+        results.append((compiled.memory_analysis().temp_size_in_bytes, jax.device_get(compiled(weights, tiled, one))))
+    (optimised_temp, optimised), (validation_temp, validation) = results
+    assert validation_temp == optimised_temp > 0
+    for a, b in zip(jax.tree.leaves(optimised), jax.tree.leaves(validation), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
