@@ -98,6 +98,8 @@ ABLATIONS = (
     _vs_averaged("curriculum: a third of the budget alone, then 75% of the envs in traffic", "-curric", (1, 2, 3),
                  "option, not default: 1.1 fewer at-fault contacts per race, more time-trial outs, as many targets",
                  brands=(1, 2, 3)),
+    _vs_averaged("curriculum ending at half traffic: a third of the budget alone, then 50% in traffic", "-curric50",
+                 (1, 2, 3), "dropped: no fewer contacts; BrandsHatch meets more targets, gp fewer", brands=(1, 2, 3)),
     Ablation("on one H100 GPU: 128 envs, batches of 1,024, 6 minutes", AVG,
              _seeds("gp-E-envs128-b1024-avg-h100-seed{}", "gp-E-envs32-avg-seed{}", (1, 2))
              + _seeds("brands-E-envs128-b1024-avg-h100-seed{}", "brands-E-envs32-avg-seed{}", (1, 2)),
