@@ -416,6 +416,18 @@ def warm_up() -> None:
     The sandbox worker calls this before it forks, so that every child starts with
     JAX's tracing caches warm. It starts no runtime threads (exporting would).
     """
+    # Every module a build imports is imported here, once, rather than in each forked child:
+    # lowering an exported call initialises JAX's LAPACK kernels, which imports scipy.linalg,
+    # and the first MLIR context and export load the MHLO and builtin dialects' modules (a
+    # test checks that a build imports nothing after this).
+    import scipy.linalg  # noqa: F401
+
+    try:
+        import jaxlib.mlir.dialects.builtin  # noqa: F401
+        import jaxlib.mlir.dialects.mhlo  # noqa: F401
+    except ImportError:  # a jaxlib without them does not load them either
+        pass
+
     from jaxrace.rewards.library import LIBRARY
 
     source = LIBRARY["gt_sophy"]

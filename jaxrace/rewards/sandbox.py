@@ -60,6 +60,13 @@ def remove_stale_dirs() -> list[Path]:
 
 
 PACKAGE_DIR = Path(__file__).resolve().parents[1]  # this jaxrace package
+# The worker's settings (beside PATH, locale, HOME, TMPDIR and PYTHONPATH): one XLA thread, one
+# BLAS thread and two malloc arenas. Programs run on a few transitions, the server must stay
+# single-threaded to fork, and a small address-space footprint keeps the memory limit
+# meaningful on many-core machines.
+WORKER_ENV = dict(JAX_PLATFORMS="cpu", TF_CPP_MIN_LOG_LEVEL="3", PYTHONUNBUFFERED="1", PYTHONDONTWRITEBYTECODE="1",
+                  MALLOC_ARENA_MAX="2", OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1",
+                  XLA_FLAGS="--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1")
 
 
 def worker_pythonpath(link_dir: str | Path) -> str:
@@ -85,12 +92,7 @@ class _Worker:
         links.mkdir()
         (links / "jaxrace").symlink_to(PACKAGE_DIR, target_is_directory=True)
         env["PYTHONPATH"] = worker_pythonpath(links)
-        # One XLA thread, one BLAS thread and two malloc arenas: programs run on a few
-        # transitions, the server must stay single-threaded to fork, and a small
-        # address-space footprint keeps the memory limit meaningful on many-core machines.
-        env.update(HOME=self.dir, TMPDIR=self.dir, JAX_PLATFORMS="cpu", TF_CPP_MIN_LOG_LEVEL="3",
-                   PYTHONUNBUFFERED="1", PYTHONDONTWRITEBYTECODE="1", MALLOC_ARENA_MAX="2", OPENBLAS_NUM_THREADS="1",
-                   OMP_NUM_THREADS="1", XLA_FLAGS="--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1")
+        env.update(HOME=self.dir, TMPDIR=self.dir, **WORKER_ENV)
         self.proc = subprocess.Popen([sys.executable, "-m", "jaxrace.rewards.worker", self.dir, str(PARALLEL)],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr, env=env,
                                      cwd=self.dir, close_fds=True)

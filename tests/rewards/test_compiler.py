@@ -2,6 +2,8 @@
 
 import os
 import re
+import subprocess
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -284,6 +286,19 @@ def test_the_build_is_deterministic_the_worker_and_a_fresh_build_export_the_same
     here = build.build_artifact(src)  # trusted source: the test may execute it
     assert in_worker.forward == here.forward and in_worker.weights_vjp == here.weights_vjp
     assert in_worker.component_names == here.component_names and in_worker.params == here.params
+
+
+def test_a_build_after_the_workers_warm_up_imports_no_module():
+    # The worker forks a child per program after `warm_up`: a module that a build imports
+    # would be imported again, and paid for, in every child (scipy.linalg cost 0.1-0.3 s).
+    code = ("import os, sys\nfrom jaxrace.rewards.build import build_artifact, warm_up\n"
+            "from jaxrace.rewards.library import LIBRARY\nwarm_up()\nthreads = len(os.listdir('/proc/self/task'))\n"
+            "before = set(sys.modules)\nbuild_artifact(LIBRARY['gt_sophy'])\n"
+            "print(threads, sorted(set(sys.modules) - before))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                         env={**os.environ, **sandbox.WORKER_ENV})
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1] == "1 []"  # one thread (the worker can fork), nothing imported
 
 
 def test_non_string_source_is_rejected():
