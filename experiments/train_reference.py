@@ -25,7 +25,9 @@ the kept checkpoint, assessed beside the final policy. Writes results/train_refe
 and .png (with `--tag T`: train_reference-T.json and .png, for variants).
 Pin a run to one core with `taskset -c 0` to train two seeds side by side: the rows
 record the cores used. `--steps N` also stops at N env steps (to compare actors at equal
-steps). `--actor pixels` trains the CNN+GRU actor on 64x64 images (the critics read the
+steps, or runs on machines of different speeds: the curriculum's and the learning-rate
+decay's shares are then shares of N). `--alone-first S --alone A [--then S2:A2 ...]` is
+a curriculum: every env alone for the first share S, then A of them alone, and so on. `--actor pixels` trains the CNN+GRU actor on 64x64 images (the critics read the
 state); on CPU its gradient updates are jitted calls from a host loop (`--host-updates`),
 since XLA:CPU differentiates a convolution inside a scan about 25x slower.
 """
@@ -176,7 +178,9 @@ def main() -> None:
     parser.add_argument("--track", default="oval")
     parser.add_argument("--chunk-epochs", type=int, default=200)
     parser.add_argument("--steps", type=int, default=None,
-                        help="stop after the chunk that reaches this many env steps (default: --minutes only)")
+                        help="stop after the chunk that reaches this many env steps (default: --minutes only); "
+                        "the shares of --alone-first, --then and --lr-decay are then shares of these steps, so a "
+                        "schedule is the same on a slower or faster machine")
     parser.add_argument("--eval-every", type=int, default=3, help="chunks between checkpoint evaluations")
     parser.add_argument("--select-races", type=int, default=16,
                         help="races per checkpoint evaluation (0: time trial only)")
@@ -227,8 +231,8 @@ def main() -> None:
     parser.add_argument("--weight", action="append", default=[], metavar="NAME=VALUE",
                         help="override one of the reward's PARAMS, e.g. --weight w_rear_end=20 (repeatable)")
     parser.add_argument("--lr-decay", type=float, default=None, metavar="SHARE",
-                        help="from this share of --minutes on, the actor's and critics' learning rates fall "
-                        "linearly to 10%% of theirs at the end (default: constant)")
+                        help="from this share of --minutes (or --steps) on, the actor's and critics' learning "
+                        "rates fall linearly to 10%% of theirs at the end (default: constant)")
     parser.add_argument("--tag", default="", help="results go to results/train_reference-<tag>.json and .png")
     parser.add_argument("--save", default=None,
                         help="write the final and the kept actor's parameters under this directory (orbax)")
@@ -236,8 +240,13 @@ def main() -> None:
                         help="no training: assess the actors a run saved with --save DIR (same options and seed)")
     parser.add_argument("--alone", type=float, default=0.5, help="share of training envs with no opponent")
     parser.add_argument("--alone-first", type=float, default=0.0, metavar="SHARE",
-                        help="curriculum: every env drives alone for this share of --minutes, then --alone of "
-                             "them (the envs restart at the switch; the second phase compiles its own chunk)")
+                        help="curriculum: every env drives alone for this share of --minutes (or --steps), "
+                             "then --alone of them (the envs restart at the switch; the second phase compiles "
+                             "its own chunk)")
+    parser.add_argument("--then", action="append", default=[], metavar="SHARE:ALONE",
+                        help="a later step of the --alone-first curriculum: from this share of --minutes (or "
+                             "--steps) on, ALONE of the envs alone (repeatable, shares rising; each step restarts "
+                             "the envs and compiles its own chunk)")
     parser.add_argument("--lookahead", type=float, nargs=2, default=(30, 10.0), metavar=("POINTS", "SPACING"),
                         help="track-edge points ahead in the observation and metres between them")
     parser.add_argument("--traffic-seconds", type=float, default=0.0,
@@ -267,6 +276,18 @@ def main() -> None:
         parser.error(f"--keep-going must be in [0, 1], got {args.keep_going}")
     if not 0.0 <= args.alone_first < 1.0:
         parser.error(f"--alone-first must be in [0, 1), got {args.alone_first}")
+    steps_later = []
+    for spec in args.then:
+        try:
+            share, alone = (float(x) for x in spec.split(":"))
+        except ValueError:
+            parser.error(f"--then takes SHARE:ALONE (two numbers), got {spec!r}")
+        last = steps_later[-1][0] if steps_later else args.alone_first
+        if not last < share < 1.0 or not 0.0 <= alone <= 1.0:
+            parser.error(f"--then {spec}: SHARE must rise above {last} and stay below 1, ALONE be in [0, 1]")
+        steps_later.append((share, alone))
+    if steps_later and not args.alone_first:
+        parser.error("--then is a later step of a curriculum: it needs --alone-first")
     if args.corner_prob and not args.pack_gap:
         parser.error("--corner-prob needs --pack-gap: only packed traffic starts can start at a corner")
 
@@ -328,8 +349,10 @@ def main() -> None:
                          host_updates=args.host_updates == "on" or (args.host_updates == "auto" and pixels
                                                                     and jax.default_backend() == "cpu"))
     trainer = make_train(config, env, params, bank)
-    # The curriculum's second phase: the same networks and replay, the envs in traffic.
-    later = make_train(config, env, env_params(args.alone), bank) if args.alone_first else None
+    # The curriculum's later phases, (budget share, alone share, learner): the same networks
+    # and replay, the envs in traffic (the traffic settings are constants of each compiled learner).
+    phases = [(args.alone_first, args.alone), *steps_later] if args.alone_first else []
+    phases = [(share, alone, make_train(config, env, env_params(alone), bank)) for share, alone in phases]
     weights = parse_weights(parser, args.weight)
     hparams = jax.tree.map(jnp.float32, HParams(
         reward_scale=args.reward_scale, discount=args.discount, target_entropy=args.target_entropy,
@@ -359,8 +382,8 @@ def main() -> None:
     init = jax.jit(trainer.init)
     budget = 60 * args.minutes
     fused_chunks = {id(t): jax.jit(lambda s, h, t=t: t.run_epochs(s, h, 0, args.chunk_epochs), donate_argnums=0)
-                    for t in (trainer, later) if t is not None}
-    training = trainer  # the curriculum's phase: `later` from the switch on
+                    for t in (trainer, *(p[2] for p in phases))}
+    training = trainer  # the curriculum's current phase
 
     def chunk(s, h, done: int):
         """`--chunk-epochs` epochs after `done`: one fused program, or split with a host loop of updates."""
@@ -370,15 +393,23 @@ def main() -> None:
                             jnp.zeros(1, jnp.int32), args.chunk_epochs, first_epoch=done)
         return jax.tree.map(lambda x: x[0], (s, m))
 
-    def restart_in_traffic(s):
-        """The curriculum's switch: every env restarts under `later`'s params; networks and replay kept."""
-        # (the key init would reset the envs with: the curriculum runs in README were made so)
-        return committed(jax.jit(later.restart_envs)(s, jax.random.split(k_restart, 3)[1]))
+    def restart_in_traffic(s, learner, step: int):
+        """A curriculum switch: every env restarts under `learner`'s params; networks and replay kept."""
+        # (the first switch: the key init would reset the envs with, as the curriculum runs in
+        # README were made; a later one folds its step in)
+        k = jax.random.split(k_restart, 3)[1]
+        return committed(jax.jit(learner.restart_envs)(s, k if step == 0 else jax.random.fold_in(k, step)))
 
-    def hparams_at(elapsed_s: float) -> HParams:  # learning rates are traced: a new value compiles nothing
+    def share_done(chunks_done: int) -> float:
+        """How far the run is: its share of --steps when given, else of --minutes."""
+        if args.steps is not None:
+            return chunks_done * args.chunk_epochs * steps_per_epoch / args.steps
+        return (time.perf_counter() - t0) / budget
+
+    def hparams_at(share: float) -> HParams:  # learning rates are traced: a new value compiles nothing
         if args.lr_decay is None:
             return hparams
-        done = min(max((elapsed_s / budget - args.lr_decay) / (1.0 - args.lr_decay), 0.0), 1.0)
+        done = min(max((share - args.lr_decay) / (1.0 - args.lr_decay), 0.0), 1.0)
         scale = jnp.float32(1.0 - 0.9 * done)
         return hparams.replace(actor_lr=hparams.actor_lr * scale, critic_lr=hparams.critic_lr * scale)
 
@@ -389,16 +420,18 @@ def main() -> None:
     keep.start(jax.tree.map(lambda x: x[None], state.policy_actor))
     curve, chunks = [], 0
     chunk_s = eval_s = 0.0
-    switched_at = None
+    switched_at = []  # epoch of each curriculum switch
     while time.perf_counter() - t0 + chunk_s + (eval_s if (chunks + 1) % args.eval_every == 0 else 0.0) < budget \
             and (args.steps is None or chunks * args.chunk_epochs * steps_per_epoch < args.steps):
-        if later is not None and switched_at is None and time.perf_counter() - t0 >= args.alone_first * budget:
-            state, training, switched_at = restart_in_traffic(state), later, chunks * args.chunk_epochs
+        if len(switched_at) < len(phases) and share_done(chunks) >= phases[len(switched_at)][0]:
+            _, alone, training = phases[len(switched_at)]
+            state = restart_in_traffic(state, training, len(switched_at))
+            switched_at.append(chunks * args.chunk_epochs)
             chunk_s = 0.0  # the next chunk compiles
-            print(f"{time.perf_counter() - t0:7.0f} s  curriculum: {args.alone:.0%} of the envs alone from epoch "
-                  f"{switched_at} on", flush=True)
+            print(f"{time.perf_counter() - t0:7.0f} s  curriculum: {alone:.0%} of the envs alone from epoch "
+                  f"{switched_at[-1]} on", flush=True)
         started = time.perf_counter()
-        state, metrics = chunk(state, hparams_at(time.perf_counter() - t0), chunks * args.chunk_epochs)
+        state, metrics = chunk(state, hparams_at(share_done(chunks)), chunks * args.chunk_epochs)
         chunks += 1
         epochs = chunks * args.chunk_epochs
         progress, reward = float(np.mean(metrics.progress)), float(np.mean(metrics.reward))
@@ -463,7 +496,10 @@ def main() -> None:
              "value": round(float(np.mean([e["outs"] for e in late])), 2), "unit": "count"}]
     if args.alone_first:
         rows.append({"name": f"{tag}curriculum: env steps alone before the switch to traffic",
-                     "value": None if switched_at is None else switched_at * steps_per_epoch, "unit": "steps"})
+                     "value": switched_at[0] * steps_per_epoch if switched_at else None, "unit": "steps"})
+    for i, (_, alone) in enumerate(steps_later, start=1):
+        rows.append({"name": f"{tag}curriculum: env steps before the switch to {alone:.0%} of the envs alone",
+                     "value": switched_at[i] * steps_per_epoch if i < len(switched_at) else None, "unit": "steps"})
     rows.append({"name": f"{tag}checkpoint evaluations", "value": evals, "unit": "list"})
     rows.append({"name": f"{tag}training curve: env steps, progress m/step, reward per step", "unit": "list",
                  "value": [[int(n), round(p, 3), round(r, 3)] for n, p, r in curve]})
