@@ -27,9 +27,10 @@ Pin a run to one core with `taskset -c 0` to train two seeds side by side: the r
 record the cores used. `--steps N` also stops at N env steps (to compare actors at equal
 steps, or runs on machines of different speeds: the curriculum's and the learning-rate
 decay's shares are then shares of N). `--alone-first S --alone A [--then S2:A2 ...]` is
-a curriculum: every env alone for the first share S, then A of them alone, and so on. `--actor pixels` trains the CNN+GRU actor on 64x64 images (the critics read the
-state); on CPU its gradient updates are jitted calls from a host loop (`--host-updates`),
-since XLA:CPU differentiates a convolution inside a scan about 25x slower.
+a curriculum: every env alone for the first share S, then A of them alone, and so on.
+`--actor pixels` trains the CNN+GRU actor on 64x64 images (the critics read the state);
+on CPU its gradient updates are jitted calls from a host loop (`--host-updates`), since
+XLA:CPU differentiates a convolution inside a scan about 25x slower.
 """
 
 from __future__ import annotations

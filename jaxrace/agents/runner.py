@@ -138,6 +138,38 @@ def per_run_hparams(hparams: HParams, runs: int) -> HParams:
     return HParams(**{k: None if v is None else broadcast(k, v) for k, v in fields.items()})
 
 
+def device_memory_limit(device) -> int | None:
+    """Bytes `device` may allocate (None where its backend does not say: XLA:CPU)."""
+    stats = device.memory_stats() or {}
+    return stats.get("bytes_limit")
+
+
+def check_job_fits(learner: Learner, keys, hparams, devices) -> None:
+    """Refuses a job whose state alone (replay buffers, networks, optimisers) cannot fit a device.
+
+    The state's size comes from `jax.eval_shape` (nothing is allocated); the runs are split
+    over `devices` when they divide the run count. A job that fails here would otherwise
+    spend its compile and then run out of memory, or stall retrying, on the device.
+    """
+    limit = device_memory_limit(devices[0])
+    if limit is None:
+        return
+    state = jax.eval_shape(lambda k, h: jax.vmap(learner.init)(k, h), keys, hparams)
+    runs = keys.shape[0]
+    share = len(devices) if runs % len(devices) == 0 else 1
+    needed = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(state)) / share
+    if needed > limit:
+        c = learner.config
+        replay = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(state.replay)) / share
+        gib = 1 << 30
+        raise ValueError(
+            f"the training job does not fit on {devices[0].device_kind}: {runs} runs need {needed / gib:.1f} GiB "
+            f"per device for their state alone ({replay / gib:.1f} GiB of it replay: replay_size {c.replay_size:,} "
+            f"transitions per run), more than the {limit / gib:.1f} GiB it can use, before any temporary memory; "
+            "lower replay_size, or train fewer runs per job (candidates x seeds), or use more devices "
+            "(experiments/train_memory.py sizes a job)")
+
+
 def train_many(trainer: Trainer, key: jax.Array, reward_indices, seeds_per_reward: int = 1,
                hparams: HParams | None = None, chunk_epochs: int | None = None, progress=None,
                checkpoint: str | None = None, fused: bool = False, checkpoint_async: bool = False,
@@ -193,6 +225,7 @@ def train_many(trainer: Trainer, key: jax.Array, reward_indices, seeds_per_rewar
     if jax.process_count() > 1 and not local and runs % run_sharding.mesh.size:
         raise ValueError(f"{runs} runs cannot be split over the {run_sharding.mesh.size} devices of "
                          f"{jax.process_count()} processes: use a multiple of {run_sharding.mesh.size} runs")
+    check_job_fits(trainer.learner, keys, hparams.replace(reward_params=None), run_sharding.mesh.devices.flatten())
     keys, hparams, reward_index = shard_envs((keys, hparams, reward_index), run_sharding, strict=False)
     state = committed(_init_runs(trainer.learner, keys, hparams.replace(reward_params=None)))
     if keep is not None:

@@ -198,10 +198,14 @@ PRESETS = {
                              eval_races=3, final_races=20, clip_seconds=15.0, clips_per_race=3, judge_beta=2.0,
                              judge_mistake=0.1, tac_min_preferences=40, bootstrap_races=16, tune_weights="grad",
                              actor_average=3e-4),
-    # The papers' settings, meant for a GPU: pixel actor with a GRU, asymmetric critic.
+    # The papers' settings, meant for one GPU: pixel actor with a GRU, asymmetric critic. Batches of
+    # 32 sequences and 150,000 transitions of replay per run, so that a job of 10 runs (N x seeds)
+    # fits: 20 GiB of state and 8 GiB of temporary memory by experiments/train_memory.py on XLA:CPU.
+    # 256 sequences and 1,000,000 (about the papers') need 13 GiB of replay per run: on an H100,
+    # 2 runs already ran out of memory (the README's "The paper preset on a GPU").
     "paper": DesignConfig(preset="paper", track="gp", opponents=7, iterations=4, m=10, n=5, seeds=2,
                           actor_input="pixels", recurrent=True, hidden=256, num_envs=64, updates_per_epoch=32,
-                          batch_size=256, replay_size=1_000_000, warmup_epochs=20, epochs=1000, chunk_epochs=100,
+                          batch_size=32, replay_size=150_000, warmup_epochs=20, epochs=1000, chunk_epochs=100,
                           final_epochs=1500, race_laps=2, eval_races=4, final_races=20, clip_seconds=15.0,
                           clips_per_race=4, tac_min_preferences=100, bootstrap_races=32, tune_weights="grad"),
 }

@@ -6,10 +6,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from pins import digest
+from pins import digest, pin
 
 import jaxrace
-from jaxrace.agents import HParams, TrainConfig, make_train, train_many
+from jaxrace.agents import HParams, TrainConfig, make_train, runner, train_many
 from jaxrace.agents.runner import committed
 from jaxrace.envs import per_env_params
 from jaxrace.rewards import RewardBank, compile_reward, library_reward
@@ -150,7 +150,8 @@ def test_a_failing_candidate_is_frozen_and_does_not_touch_the_others(trainer):
 
 # Re-pinned when warm-up epochs began to report losses of 0 (their updates are discarded):
 # the networks and every other metric were bit for bit the earlier pin's.
-TRAINING_DIGEST = "692e124595eb39d1a75cc93a"
+# (AVX2: recorded on 3736eb2, a CPU without AVX-512; see tests/pins.py.)
+TRAINING_DIGEST = {"avx512": "692e124595eb39d1a75cc93a", "avx2": "72272d4b60016cddf555caa8"}
 
 
 def test_a_short_training_chunk_is_bit_identical_to_the_pinned_one(trainer):
@@ -161,9 +162,10 @@ def test_a_short_training_chunk_is_bit_identical_to_the_pinned_one(trainer):
 
     (The job shape is the one the failing-candidate test compiles, so this costs no compile.)
     """
+    want = pin(TRAINING_DIGEST, "training")
     state, metrics, _ = train_many(trainer, jax.random.key(1), [0, 0], chunk_epochs=2)
     got = digest((state.actor, state.critic, state.log_alpha, metrics))
-    assert got == TRAINING_DIGEST, f"training digest {got} != pinned {TRAINING_DIGEST}"
+    assert got == want, f"training digest {got} != pinned {want}"
 
 
 def test_a_risk_averse_actor_changes_the_actor_update_and_not_the_critics(setup, trainer):
@@ -222,6 +224,22 @@ def test_policy_averaging_keeps_a_moving_average_of_the_actor(setup, trainer):
             np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-7)
     with pytest.raises(ValueError, match=r"actor_average must be in \[0, 1\)"):
         TrainConfig(actor_average=1.0)
+
+
+def test_a_job_whose_state_cannot_fit_the_device_is_refused_before_anything_is_allocated(trainer, monkeypatch):
+    keys = jax.random.split(jax.random.key(0), 2)
+    hparams = runner.per_run_hparams(HParams(), 2).replace(reward_params=None)
+    state = jax.eval_shape(jax.vmap(trainer.learner.init), keys, hparams)
+    needed = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(state))
+    device = jax.devices()[:1]
+    monkeypatch.setattr(runner, "device_memory_limit", lambda d: needed)
+    runner.check_job_fits(trainer.learner, keys, hparams, device)  # exactly fits
+    monkeypatch.setattr(runner, "device_memory_limit", lambda d: needed - 1)
+    with pytest.raises(ValueError, match=r"2 runs need .* GiB per device for their state alone .*replay_size 2,000"):
+        runner.check_job_fits(trainer.learner, keys, hparams, device)
+    monkeypatch.setattr(runner, "device_memory_limit", lambda d: 1 << 20)
+    with pytest.raises(ValueError, match="does not fit"):  # through train_many, before its init runs
+        train_many(trainer, jax.random.key(0), [0], seeds_per_reward=2, chunk_epochs=2)
 
 
 def test_train_many_reports_progress_in_chunks(trainer):
