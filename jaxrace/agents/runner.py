@@ -150,6 +150,7 @@ def check_job_fits(learner: Learner, keys, hparams, devices) -> None:
     The state's size comes from `jax.eval_shape` (nothing is allocated); the runs are split
     over `devices` when they divide the run count. A job that fails here would otherwise
     spend its compile and then run out of memory, or stall retrying, on the device.
+    `train_many` checks single-process jobs only.
     """
     limit = device_memory_limit(devices[0])
     if limit is None:
@@ -225,7 +226,8 @@ def train_many(trainer: Trainer, key: jax.Array, reward_indices, seeds_per_rewar
     if jax.process_count() > 1 and not local and runs % run_sharding.mesh.size:
         raise ValueError(f"{runs} runs cannot be split over the {run_sharding.mesh.size} devices of "
                          f"{jax.process_count()} processes: use a multiple of {run_sharding.mesh.size} runs")
-    check_job_fits(trainer.learner, keys, hparams.replace(reward_params=None), run_sharding.mesh.devices.flatten())
+    if jax.process_count() == 1:  # (asking another process's device for its memory stalled a 2-process job)
+        check_job_fits(trainer.learner, keys, hparams.replace(reward_params=None), run_sharding.mesh.devices.flatten())
     keys, hparams, reward_index = shard_envs((keys, hparams, reward_index), run_sharding, strict=False)
     state = committed(_init_runs(trainer.learner, keys, hparams.replace(reward_params=None)))
     if keep is not None:
