@@ -5,10 +5,12 @@ Usage: python experiments/bench_build_stages.py [--programs 16]
 A child process does what the worker does: `build.warm_up()`, then one forked child
 per program running `build.build_artifact` (the offline proposer's programs, distinct
 sources). Stages are timed from `build_artifact`'s own stage reports. Then, in the same
-forked child, the validation executable is compiled again three ways on the built
-artifact: as validation compiles it (the forward at the training batch, the forward on
-one transition and the weights' gradient on one), without the gradient, and the forward
-alone. Medians over the programs; no sandbox limits (the timings, not the isolation).
+forked child, the validation executable (the forward at the training batch, the forward
+on one transition and the weights' gradient on one) is compiled again three ways, in an
+order that rotates with the program: with `build.VALIDATION_COMPILER_OPTIONS` (what
+validation does), at LLVM level 0 only (validation before XLA:CPU's older fusion
+emitters), and with XLA's defaults. Medians over the programs; no sandbox limits (the
+timings, not the isolation).
 """
 
 from __future__ import annotations
@@ -26,10 +28,10 @@ from common import print_table, write_results
 
 STAGES = ("parse and policy", "execute", "trace and export", "execute again", "trace again (determinism)",
           "validate")
-VARIANTS = ("as validation (batch forward + one forward + gradient)", "without the gradient", "batch forward only")
+VARIANTS = ("as validation: LLVM level 0, older fusion emitters", "LLVM level 0 only (before)", "XLA's defaults")
 
 
-def _measure(source: str) -> dict:
+def _measure(source: str, index: int) -> dict:
     """In a forked child: build the artifact, timing each stage; then the validation compile variants."""
     import jax
     import numpy as np
@@ -45,17 +47,14 @@ def _measure(source: str) -> dict:
     tiled = [build._tile(x, build.Limits().train_batch) for x in (prev, action, curr)]
     one = [build._one(x, slice(0, 1)) for x in (prev, action, curr)]
     weights = np.ones((len(build.check_policy(build.parse_program(source)).params),), np.float32)
-    variants = (
-        build.validation_function(call),
-        lambda w, t, o: (call(w, *t), call(w, *o)),
-        lambda w, t, o: call(w, *t),
-    )
-    out["compile"] = []
-    for fn in variants:
-        lowered = jax.jit(fn).lower(weights, tiled, one)
+    options = (build.VALIDATION_COMPILER_OPTIONS, {"xla_backend_optimization_level": 0}, None)
+    lowered = jax.jit(build.validation_function(call)).lower(weights, tiled, one)
+    out["compile"] = [0.0] * len(options)
+    turn = index % len(options)
+    for i in [*range(turn, len(options)), *range(turn)]:
         t0 = time.perf_counter()
-        lowered.compile()
-        out["compile"].append(time.perf_counter() - t0)
+        lowered.compile(options[i])
+        out["compile"][i] = time.perf_counter() - t0
     return out
 
 
@@ -71,13 +70,13 @@ def child(path: str) -> None:
 
     build.warm_up()
     sources = json.loads(open(path).read())
-    for source in sources:
+    for index, source in enumerate(sources):
         read_fd, write_fd = os.pipe()
         pid = os.fork()
         if pid == 0:
             os.close(read_fd)
             try:
-                os.write(write_fd, json.dumps(_measure(source)).encode())
+                os.write(write_fd, json.dumps(_measure(source, index)).encode())
             finally:
                 os._exit(0)
         os.close(write_fd)

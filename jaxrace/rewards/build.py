@@ -25,6 +25,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import export
+from jax.extend.core import jaxpr_as_fun
 
 from jaxrace.rewards.api import Action, RaceView
 from jaxrace.rewards.artifact import PLATFORMS, ArtifactError, RewardArtifact, load_call, make_call
@@ -236,37 +237,84 @@ def _quick_batch_checks():
         shape_poly._evaluate_multiply = original
 
 
-def export_program(source: str, info: ProgramInfo, fn: Callable, names: tuple[str, ...]) -> RewardArtifact:
-    """Stage 5a: export the forward function and its VJP w.r.t. the weights over a symbolic batch.
-
-    Source locations are left out of the exported modules (`jax_traceback_in_locations_limit`
-    is 0 while exporting), so the same program exports to the same bytes every time.
-    """
-    from jaxrace.rewards.api import field_dtypes
-
-    (b,) = export.symbolic_shape("b")
-    spec = jax.ShapeDtypeStruct
-    dtypes = [*field_dtypes(RaceView).values(), *field_dtypes(Action).values(), *field_dtypes(RaceView).values()]
-    field_specs = [spec((b,), d) for d in dtypes]
-    weight_spec = spec((b, len(info.params)), jnp.float32)
-    forward = forward_function(fn, info, names)
-
-    def weights_vjp(weights, *args):
-        fields, (d_total, d_components) = args[:-2], args[-2:]
-        _, pull = jax.vjp(lambda w: forward(w, *fields), weights)
-        return pull((d_total, d_components))[0]
-
+@contextlib.contextmanager
+def _exporting():
+    """Tracing and lowering for export: the batch-check shortcut, and no source locations
+    in the modules (`jax_traceback_in_locations_limit` 0), so the same program exports to
+    the same bytes every time."""
     previous = jax.config.jax_traceback_in_locations_limit
     jax.config.update("jax_traceback_in_locations_limit", 0)
     try:
         with _quick_batch_checks():
-            exported = export.export(jax.jit(forward), platforms=PLATFORMS)(weight_spec, *field_specs).serialize()
+            yield
+    finally:
+        jax.config.update("jax_traceback_in_locations_limit", previous)
+
+
+def _specs(num_params: int, b) -> tuple[jax.ShapeDtypeStruct, list[jax.ShapeDtypeStruct]]:
+    from jaxrace.rewards.api import field_dtypes
+
+    dtypes = [*field_dtypes(RaceView).values(), *field_dtypes(Action).values(), *field_dtypes(RaceView).values()]
+    return jax.ShapeDtypeStruct((b, num_params), jnp.float32), [jax.ShapeDtypeStruct((b,), d) for d in dtypes]
+
+
+@dataclasses.dataclass(frozen=True)
+class ForwardTrace:
+    """`jitted` (`jit(forward_function(...))`) traced over a symbolic batch: `traced`."""
+
+    jitted: Callable
+    weight_spec: jax.ShapeDtypeStruct
+    field_specs: tuple[jax.ShapeDtypeStruct, ...]
+    traced: jax.stages.Traced
+
+    @property
+    def text(self) -> str:
+        """The traced computation as text (no source locations in it)."""
+        return str(self.traced.jaxpr)
+
+
+def trace_forward(source: str, info: ProgramInfo, fn: Callable, names: tuple[str, ...]) -> ForwardTrace:
+    """Stage 4b: the forward function traced over a symbolic batch `b`, once.
+
+    Export lowers this trace (jit's cache hands it back), the VJP replays its jaxpr
+    rather than running the program again, and its text is what a second, fresh
+    execution must reproduce (see `build_artifact`).
+    """
+    (b,) = export.symbolic_shape("b")
+    weight_spec, field_specs = _specs(len(info.params), b)
+    jitted = jax.jit(forward_function(fn, info, names))
+    try:
+        with _exporting():
+            traced = jitted.trace(weight_spec, *field_specs)
+    except Exception as e:
+        raise _fail("trace", e, source) from None
+    return ForwardTrace(jitted, weight_spec, tuple(field_specs), traced)
+
+
+def export_program(source: str, info: ProgramInfo, fn: Callable, names: tuple[str, ...],
+                   forward: ForwardTrace | None = None) -> RewardArtifact:
+    """Stage 5a: export the forward function and its VJP w.r.t. the weights over a symbolic batch.
+
+    `forward` is `trace_forward(source, info, fn, names)`, traced here if not given.
+    """
+    forward = forward if forward is not None else trace_forward(source, info, fn, names)
+    weight_spec, field_specs = forward.weight_spec, forward.field_specs
+    b = weight_spec.shape[0]
+    replay = jaxpr_as_fun(forward.traced.jaxpr)
+
+    def weights_vjp(weights, *args):
+        fields, cotangents = args[:-2], args[-2:]
+        _, pull = jax.vjp(lambda w: tuple(replay(w, *fields)), weights)
+        return pull(cotangents)[0]
+
+    spec = jax.ShapeDtypeStruct
+    try:
+        with _exporting():
+            exported = export.export(forward.jitted, platforms=PLATFORMS)(weight_spec, *field_specs).serialize()
             exported_vjp = export.export(jax.jit(weights_vjp), platforms=PLATFORMS)(
                 weight_spec, *field_specs, spec((b,), jnp.float32), spec((b, len(names)), jnp.float32)).serialize()
     except Exception as e:
         raise _fail("trace", e, source) from None
-    finally:
-        jax.config.update("jax_traceback_in_locations_limit", previous)
     return RewardArtifact(source=source, sha256=hashlib.sha256(source.encode()).hexdigest(), component_names=names,
                           params=tuple(info.params.items()), forward=exported, weights_vjp=exported_vjp)
 
@@ -286,10 +334,23 @@ def validation_cases() -> tuple[RaceView, Action, RaceView, tuple[str, ...], int
     return prev, action, curr, ordinary[3] + extreme[3], len(ordinary[3])
 
 
-# Validation runs its executable twice and throws it away: LLVM's optimisations cost more
-# compile time than they save at run time. Buffer assignment (what `memory_analysis`
-# reports) happens before the backend and is the same at every level.
-VALIDATION_COMPILER_OPTIONS = {"xla_backend_optimization_level": 0}
+# Validation runs its executable twice and throws it away, so its compile time is what
+# counts: LLVM's optimisations (level 0) and XLA:CPU's MLIR fusion emitters (the older
+# emitters compile the same fusions 2-3x faster; experiments/bench_build_stages.py) cost
+# more than they save at run time. Buffer assignment (what `memory_analysis` reports)
+# happens before code generation and is the same either way (a test checks both).
+VALIDATION_COMPILER_OPTIONS = {"xla_backend_optimization_level": 0, "xla_cpu_use_fusion_emitters": False}
+
+
+def compile_for_validation(lowered: jax.stages.Lowered) -> jax.stages.Compiled:
+    """`lowered.compile(VALIDATION_COMPILER_OPTIONS)`, or with XLA's defaults where this
+    XLA no longer knows one of the options (XLA refuses the whole compile otherwise)."""
+    try:
+        return lowered.compile(VALIDATION_COMPILER_OPTIONS)
+    except jax.errors.JaxRuntimeError as e:
+        if "No such compile option" not in str(e):
+            raise
+        return lowered.compile()
 
 
 def _tile(batch, size: int):
@@ -336,7 +397,7 @@ def validate_artifact(artifact: RewardArtifact, limits: Limits) -> None:
     try:
         tiled = [_tile(x, size) for x in (prev, action, curr)]
         one = [_one(x, slice(0, 1)) for x in (prev, action, curr)]
-        big = jax.jit(both).lower(weights, tiled, one).compile(VALIDATION_COMPILER_OPTIONS)
+        big = compile_for_validation(jax.jit(both).lower(weights, tiled, one))
         (total, components), (one_total, one_components), _ = jax.device_get(big(weights, tiled, one))
         total, components = total[:num_cases], components[:num_cases]
         repeat = [np.asarray(x)[:num_cases] for x in big(weights, tiled, one)[0]]
@@ -401,15 +462,6 @@ def in_process_call(source: str) -> Callable:
 # ---------------------------------------------------------------------------- all stages
 
 
-def _jaxpr_text(forward: Callable, num_params: int) -> str:
-    """The traced computation of `forward` on a batch of 4, as text (no source locations in it)."""
-    from jaxrace.rewards.api import field_dtypes
-
-    spec = jax.ShapeDtypeStruct
-    dtypes = [*field_dtypes(RaceView).values(), *field_dtypes(Action).values(), *field_dtypes(RaceView).values()]
-    return str(jax.make_jaxpr(forward)(spec((4, num_params), jnp.float32), *(spec((4,), d) for d in dtypes)))
-
-
 def warm_up() -> None:
     """Trace a library reward end to end without lowering it, and build the validation cases.
 
@@ -433,8 +485,7 @@ def warm_up() -> None:
     source = LIBRARY["gt_sophy"]
     info = check_policy(parse_program(source))
     fn = execute_program(source, info)
-    names = trace_program(source, info, fn)
-    _jaxpr_text(forward_function(fn, info, names), len(info.params))
+    _ = trace_forward(source, info, fn, trace_program(source, info, fn)).text  # the printer, warm too
     validation_cases()
 
 
@@ -451,14 +502,13 @@ def build_artifact(source: str, limits: Limits = Limits(), report: Callable[[str
     fn = execute_program(source, info)
     report("trace")
     names = trace_program(source, info, fn)
-    artifact = export_program(source, info, fn, names)
+    forward = trace_forward(source, info, fn, names)
+    artifact = export_program(source, info, fn, names, forward)
     report("execute")
     fn_again = execute_program(source, info)
     report("trace")
-    names_again = trace_program(source, info, fn_again)
-    num_params = len(info.params)
-    if names_again != names or _jaxpr_text(forward_function(fn_again, info, names), num_params) != _jaxpr_text(
-            forward_function(fn, info, names), num_params):
+    if trace_program(source, info, fn_again) != names or trace_forward(source, info, fn_again, names).text != \
+            forward.text:
         raise RewardCompileError("validate", "the reward is not deterministic: two fresh executions of the program "
                                  "trace to different computations (does it keep state or depend on order?)")
     report("validate")

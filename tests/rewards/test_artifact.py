@@ -183,7 +183,8 @@ def test_the_export_shortcut_steps_aside_where_jax_lacks_its_private_names(monke
 
 
 def test_the_unoptimised_validation_compile_measures_the_memory_and_values_of_an_optimised_one():
-    """Validation compiles at LLVM level 0 (`build.VALIDATION_COMPILER_OPTIONS`): its
+    """Validation compiles at LLVM level 0 with XLA:CPU's older fusion emitters
+    (`build.VALIDATION_COMPILER_OPTIONS`): its
     temporary memory (the limit's measure) must be the optimised program's, and its values
     the same to float32 rounding. (Trusted library source, exported in this process.)"""
     from jaxrace.rewards import build
@@ -200,10 +201,22 @@ def test_the_unoptimised_validation_compile_measures_the_memory_and_values_of_an
     one = [build._one(x, slice(0, 1)) for x in (prev, act, curr)]
     both = build.validation_function(load_call(artifact))
     results = []
-    for options in (None, build.VALIDATION_COMPILER_OPTIONS):
-        compiled = jax.jit(both).lower(weights, tiled, one).compile(options)
+    for compile_ in (jax.stages.Lowered.compile, build.compile_for_validation):
+        compiled = compile_(jax.jit(both).lower(weights, tiled, one))
         results.append((compiled.memory_analysis().temp_size_in_bytes, jax.device_get(compiled(weights, tiled, one))))
     (optimised_temp, optimised), (validation_temp, validation) = results
     assert validation_temp == optimised_temp > 0
     for a, b in zip(jax.tree.leaves(optimised), jax.tree.leaves(validation), strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+
+
+def test_validation_compiles_with_xlas_defaults_where_an_option_is_unknown(monkeypatch):
+    """A later XLA may drop one of `VALIDATION_COMPILER_OPTIONS`: XLA refuses a compile
+    with an unknown option outright, which would refuse every program."""
+    from jaxrace.rewards import build
+
+    lowered = jax.jit(lambda x: x * 2.0).lower(np.float32(1.5))
+    monkeypatch.setattr(build, "VALIDATION_COMPILER_OPTIONS", {"xla_no_such_option_anywhere": True})
+    with pytest.raises(jax.errors.JaxRuntimeError, match="No such compile option"):
+        lowered.compile(build.VALIDATION_COMPILER_OPTIONS)
+    assert float(build.compile_for_validation(lowered)(np.float32(1.5))) == 3.0
