@@ -220,3 +220,28 @@ def test_validation_compiles_with_xlas_defaults_where_an_option_is_unknown(monke
     with pytest.raises(jax.errors.JaxRuntimeError, match="No such compile option"):
         lowered.compile(build.VALIDATION_COMPILER_OPTIONS)
     assert float(build.compile_for_validation(lowered)(np.float32(1.5))) == 3.0
+
+
+def test_a_build_runs_the_program_once_for_the_export_of_its_forward_and_vjp():
+    """The VJP replays the forward's traced jaxpr (`build.trace_forward`); exporting both
+    must not run the program again. (Trusted library source, in this process.)"""
+    from jaxrace.rewards import build
+    from jaxrace.rewards.library import LIBRARY
+
+    source = LIBRARY["gt_sophy"]
+    info = build.check_policy(build.parse_program(source))
+    program = build.execute_program(source, info)
+    calls = []
+
+    def counted(*args):
+        calls.append(1)
+        return program(*args)
+
+    names = build.trace_program(source, info, counted)
+    forward = build.trace_forward(source, info, counted, names)
+    calls.clear()
+    artifact = build.export_program(source, info, counted, names, forward)
+    assert calls == []
+    assert artifact.forward == build.export_program(source, info, program, names).forward
+    again = build.trace_forward(source, info, build.execute_program(source, info), names)
+    assert again.text == forward.text and "f32[b,10]" in forward.text
