@@ -5,11 +5,12 @@ Usage: python experiments/epoch_split.py [--preset paper] [--config FILE.toml] [
 
 For R runs vmapped in one job with the preset's networks, envs, batches and replay (the
 library `progress` reward in the bank): the compile seconds of `init`, `collect`, `label`
-and the fused `learn` (the GPU's path: `updates_per_epoch` updates in one scan), then the
+and the fused `learn` (the GPU's path: `updates_per_epoch` updates in one scan; with
+`--host-updates` the CPU's, each update its own call, timed together), then the
 median seconds of each over `--epochs` epochs, each waited for on its own. A variant
 `feedforward` is the same preset without the actor's GRU, for the recurrent network's
-share, and `patches` the preset with `NetworkConfig(conv="patches")` (its CNN as image
-patches times the kernel, a batched matrix product under vmap over runs). Writes
+share, and `sequential` the preset with `TrainConfig(sequential_runs=True)` (each program
+loops over the runs instead of vmapping them: plain convolutions, not grouped ones). Writes
 results/epoch_split.json (JAXRACE_RESULTS_TAG=TAG: -TAG.json).
 """
 
@@ -51,7 +52,11 @@ def measure(trainer, runs: int, epochs: int) -> dict:
     for epoch in range(epochs + 1):
         (state, collected), c = timed(runner._collect, learner, state)
         rewards, lab = timed(runner._label, trainer, collected, index, reward_params)
-        (state, _), lrn = timed(runner._learn, learner, state, hparams, collected, rewards)
+        if learner.config.host_updates:
+            (state, _), lrn = timed(lambda *a: runner._host_learn(*a, epoch=learner.config.warmup_epochs),
+                                    learner, state, hparams, collected, rewards)
+        else:
+            (state, _), lrn = timed(runner._learn, learner, state, hparams, collected, rewards)
         for name, s in (("collect", c), ("label", lab), ("learn", lrn)):
             if epoch == 0:
                 out[f"{name}_first_s"] = s
@@ -70,18 +75,21 @@ def main() -> None:
     parser.add_argument("--config", default=None, help="a TOML file of DesignConfig fields over the preset")
     parser.add_argument("--runs", type=int, default=2)
     parser.add_argument("--epochs", type=int, default=5, help="timed epochs after the first (compiling) one")
+    parser.add_argument("--host-updates", action="store_true",
+                        help="learn as the CPU's pixel actor does: each update its own call (TrainConfig.host_updates)")
     parser.add_argument("--variants", nargs="+", default=["preset", "feedforward"],
-                        choices=["preset", "feedforward", "patches"])
+                        choices=["preset", "feedforward", "sequential"])
     args = parser.parse_args()
     c = load_config(args.preset, args.config)
     envs = Envs.make(c)
     bank = RewardBank.from_compiled([library_reward("progress")])
     rows, table = [], []
     for variant in args.variants:
-        config = train_config(c)
-        if variant != "preset":
-            change = {"recurrent": False} if variant == "feedforward" else {"conv": "patches"}
-            config = dataclasses.replace(config, network=dataclasses.replace(config.network, **change))
+        config = train_config(c, host_updates=args.host_updates)
+        if variant == "feedforward":
+            config = dataclasses.replace(config, network=dataclasses.replace(config.network, recurrent=False))
+        elif variant == "sequential":
+            config = dataclasses.replace(config, sequential_runs=True)
         m = measure(make_train(config, envs.train_env, envs.train_params, bank), args.runs, args.epochs)
         updates = c.updates_per_epoch
         table.append([variant, args.runs, f"{m['init_first_s']:.1f}", f"{m['collect_first_s']:.1f}",

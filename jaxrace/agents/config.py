@@ -40,6 +40,12 @@ class TrainConfig:
     # differentiates a convolution inside a loop ~25x slower (README, "The pixel actor on CPU").
     # Split programs only (`train_many(fused=False)`); the results are the same.
     host_updates: bool = False
+    # The runs of a job one after another in each training program (unrolled), not vmapped:
+    # vmapped over runs with their own weights, a CNN's convolutions become grouped ones, which
+    # XLA:CPU runs about 3x slower than the runs' convolutions one at a time
+    # (experiments/bench_run_conv.py). For the pixel actor; the results are the same, and each
+    # program is R copies of one run's, so its compile time grows with the runs.
+    sequential_runs: bool = False
 
     def __post_init__(self):
         positive = ("n_step", "num_envs", "rollout_steps", "batch_size", "train_length")

@@ -32,14 +32,30 @@ def _init_runs(learner: Learner, keys, hparams):
     return jax.vmap(learner.init)(keys, hparams)
 
 
+def over_runs(learner: Learner, fn):
+    """`fn` over the leading run axis of its arguments: vmapped, or with
+    `TrainConfig.sequential_runs` one run after another, unrolled (a scan with no loop left:
+    XLA:CPU differentiates a convolution inside a loop an order of magnitude slower)."""
+    if not learner.config.sequential_runs:
+        return jax.vmap(fn)
+
+    def one_after_another(*args):
+        if jax.tree.leaves(args)[0].shape[0] == 1:  # a scan of one run is a loop to XLA: 18x slower there
+            return jax.vmap(fn)(*args)
+        return jax.lax.scan(lambda _, a: (None, fn(*a)), None, args, unroll=True)[1]
+
+    return one_after_another
+
+
 @functools.partial(jax.jit, static_argnums=(0, 4), donate_argnums=(1,))
 def _run_chunk(trainer: Trainer, state, hparams, reward_index, num_epochs: int):
-    return jax.vmap(lambda s, h, r: trainer.run_epochs(s, h, r, num_epochs))(state, hparams, reward_index)
+    return over_runs(trainer.learner, lambda s, h, r: trainer.run_epochs(s, h, r, num_epochs))(
+        state, hparams, reward_index)
 
 
 @functools.partial(jax.jit, static_argnums=(0,), donate_argnums=(1,))
 def _collect(learner: Learner, state):
-    return jax.vmap(learner.collect)(state)
+    return over_runs(learner, learner.collect)(state)
 
 
 @functools.partial(jax.jit, static_argnums=(0,))
@@ -49,17 +65,17 @@ def _label(trainer: Trainer, collected, reward_index, reward_params):
 
 @functools.partial(jax.jit, static_argnums=(0,), donate_argnums=(1,))
 def _learn(learner: Learner, state, hparams, collected, rewards):
-    return jax.vmap(learner.learn)(state, hparams, collected, rewards)
+    return over_runs(learner, learner.learn)(state, hparams, collected, rewards)
 
 
 @functools.partial(jax.jit, static_argnums=(0,), donate_argnums=(1,))
 def _store(learner: Learner, state, collected, rewards):
-    return jax.vmap(learner.store)(state, collected, rewards)
+    return over_runs(learner, learner.store)(state, collected, rewards)
 
 
 @functools.partial(jax.jit, static_argnums=(0,), donate_argnums=(1,))
 def _update(learner: Learner, state, hparams):
-    return jax.vmap(learner.update)(state, hparams)
+    return over_runs(learner, learner.update)(state, hparams)
 
 
 @functools.partial(jax.jit, static_argnums=(0,), donate_argnums=(1,))
@@ -69,7 +85,7 @@ def _finish(learner: Learner, state, collected, rewards, losses):
         ls = (jnp.zeros(learner.config.updates_per_epoch),) * 2 if ls is None else ls
         return learner.finish(s, s, c, r, ls)
 
-    return jax.vmap(one)(state, collected, rewards, losses)
+    return over_runs(learner, one)(state, collected, rewards, losses)
 
 
 def _host_learn(learner: Learner, state, hparams, collected, rewards, epoch: int):
@@ -222,6 +238,10 @@ def train_many(trainer: Trainer, key: jax.Array, reward_indices, seeds_per_rewar
     if epochs % chunk:
         raise ValueError(f"chunk_epochs ({chunk}) must divide epochs ({epochs})")
     run_sharding = env_sharding(devices, axis_name="runs")
+    if trainer.config.sequential_runs and run_sharding.mesh.size > 1:
+        raise ValueError(f"TrainConfig(sequential_runs=True) trains the runs one after another on one device; "
+                         f"this job would spread them over {run_sharding.mesh.size} devices: pass one device "
+                         f"(devices=jax.devices()[:1]) or vmap the runs")
     local = jax.process_count() > 1 and run_sharding.is_fully_addressable
     if jax.process_count() > 1 and not local and runs % run_sharding.mesh.size:
         raise ValueError(f"{runs} runs cannot be split over the {run_sharding.mesh.size} devices of "

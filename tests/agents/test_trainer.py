@@ -69,6 +69,21 @@ def test_vmapped_runs_differ_by_seed_and_match_the_unvmapped_run(trainer):
     assert all(leaves)
 
 
+def test_sequential_runs_train_the_runs_the_vmapped_job_trains(setup, trainer):
+    """TrainConfig(sequential_runs=True): each program loops over the runs (lax.map) instead of
+    vmapping them, and trains the same runs to rounding; a job spread over devices is refused."""
+    env, params, bank = setup
+    vmapped, v_metrics, _ = train_many(trainer, jax.random.key(1), [0, 0], chunk_epochs=2)  # the pinned job
+    sequential = make_train(dataclasses.replace(trainer.config, sequential_runs=True), env, params, bank)
+    looped, l_metrics, _ = train_many(sequential, jax.random.key(1), [0, 0], chunk_epochs=2)
+    for a, b in zip(jax.tree.leaves((vmapped.actor, vmapped.critic, v_metrics)),
+                    jax.tree.leaves((looped.actor, looped.critic, l_metrics)), strict=True):
+        np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-5)
+    assert not np.allclose(v_metrics.progress[0], v_metrics.progress[1])  # two different runs, not one twice
+    with pytest.raises(ValueError, match="trains the runs one after another on one device"):
+        train_many(sequential, jax.random.key(1), [0, 0], chunk_epochs=2, devices=jax.devices()[:1] * 2)
+
+
 def test_a_loop_of_chunks_from_a_committed_init_state_compiles_once(trainer):
     """train_reference's loop: the jitted init's state is uncommitted, a chunk's output is
     committed, and jit compiles the two apart; `committed` makes the first call the later ones'."""
