@@ -251,11 +251,15 @@ def _exporting():
         jax.config.update("jax_traceback_in_locations_limit", previous)
 
 
-def _specs(num_params: int, b) -> tuple[jax.ShapeDtypeStruct, list[jax.ShapeDtypeStruct]]:
+def _call_dtypes() -> list:
+    """The dtypes of a reward call's flat fields: prev's, the action's, curr's (`field_layout` order)."""
     from jaxrace.rewards.api import field_dtypes
 
-    dtypes = [*field_dtypes(RaceView).values(), *field_dtypes(Action).values(), *field_dtypes(RaceView).values()]
-    return jax.ShapeDtypeStruct((b, num_params), jnp.float32), [jax.ShapeDtypeStruct((b,), d) for d in dtypes]
+    return [*field_dtypes(RaceView).values(), *field_dtypes(Action).values(), *field_dtypes(RaceView).values()]
+
+
+def _specs(num_params: int, b) -> tuple[jax.ShapeDtypeStruct, list[jax.ShapeDtypeStruct]]:
+    return jax.ShapeDtypeStruct((b, num_params), jnp.float32), [jax.ShapeDtypeStruct((b,), d) for d in _call_dtypes()]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -446,17 +450,14 @@ def in_process_call(source: str) -> Callable:
     This executes the source in *this* process: for trusted source only (the benchmark
     baseline that the exported path is measured against). No gradients.
     """
-    from jaxrace.rewards.api import field_dtypes
-
     info = check_policy(parse_program(source))
     fn = execute_program(source, info)
     names = trace_program(source, info, fn)
-    dtypes = [*field_dtypes(RaceView).values(), *field_dtypes(Action).values(), *field_dtypes(RaceView).values()]
 
     def no_vjp(*args):
         raise NotImplementedError("the in-process baseline has no gradients")
 
-    return make_call(forward_function(fn, info, names), no_vjp, len(info.params), dtypes)
+    return make_call(forward_function(fn, info, names), no_vjp, len(info.params), _call_dtypes())
 
 
 # ---------------------------------------------------------------------------- all stages
