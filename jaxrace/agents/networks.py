@@ -15,9 +15,34 @@ import distrax
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+from jax.custom_batching import custom_vmap
 
 LOG_STD_RANGE = (-5.0, 2.0)
 ACTION_SIZE = 2
+
+
+def one_key_at_a_time(init):
+    """An initializer that, vmapped over its keys, draws one key after another (`lax.map`).
+
+    jaxlib 0.10's CPU LAPACK kernels split a batched QR over XLA's intra-op thread pool and
+    block a pool thread until its parts finish. Two batched QRs at once on a 2-thread pool
+    wait on each other for ever: vmapped over 2 runs, the GRU's orthogonal initialisations
+    hung the paper preset's init in 10 of 11 tries on a 2-core CPU. A single matrix's QR runs
+    inline. The values are the same: the batched kernel loops over the same LAPACK call.
+    """
+
+    def draw_with(key, shape, dtype=jnp.float32):
+        @custom_vmap
+        def draw(k):
+            return init(k, shape, dtype)
+
+        @draw.def_vmap
+        def _(axis_size, in_batched, k):
+            return jax.lax.map(draw, k), True
+
+        return draw(key)
+
+    return draw_with
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,7 +105,8 @@ class Actor(nn.Module):
         c = self.config
         self.Encoder_0 = Encoder(c)
         if c.recurrent:
-            self.GRUCell_0 = nn.GRUCell(c.gru_size)
+            self.GRUCell_0 = nn.GRUCell(
+                c.gru_size, recurrent_kernel_init=one_key_at_a_time(nn.initializers.orthogonal()))
         self.Dense_0 = nn.Dense(c.hidden)
         self.Dense_1 = nn.Dense(ACTION_SIZE)
         self.Dense_2 = nn.Dense(ACTION_SIZE)
