@@ -129,16 +129,31 @@ class Envs:
                    math.ceil(2.3 * ref_lap / dt))
 
 
-def train_config(c: DesignConfig, *, host_updates: bool = False):
+def train_config(c: DesignConfig, *, host_updates: bool = False, sequential_runs: bool = False):
     """The `TrainConfig` of a design config's training jobs (the iterations'; the final job's
-    differs in epochs only)."""
+    differs in epochs only). `host_updates` and `sequential_runs` depend on the backend
+    (`backend_options`)."""
     from jaxrace.agents import NetworkConfig, TrainConfig
 
     network = NetworkConfig(recurrent=c.recurrent, hidden=c.hidden, actor_input=c.actor_input)
     return TrainConfig(network=network, num_envs=c.num_envs, rollout_steps=c.rollout_steps,
                        updates_per_epoch=c.updates_per_epoch, batch_size=c.batch_size, replay_size=c.replay_size,
                        n_step=c.n_step, warmup_epochs=c.warmup_epochs, epochs=c.epochs,
-                       actor_average=c.actor_average, actor_cvar=c.actor_cvar, host_updates=host_updates)
+                       actor_average=c.actor_average, actor_cvar=c.actor_cvar, host_updates=host_updates,
+                       sequential_runs=sequential_runs)
+
+
+def backend_options(c: DesignConfig) -> dict[str, bool]:
+    """How the pixel actor trains on CPU, as measured there: one jitted call per update
+    (`TrainConfig.host_updates`), and each program runs a job's runs one after another
+    (`TrainConfig.sequential_runs`: vmapped, their convolutions are grouped ones and the paper
+    preset's epoch of 2 runs took 2.5x as long, `experiments/epoch_split.py`). The state actor's
+    vmapped runs are batched matrix products: one after another they took 2.4x as long. Runs
+    spread over several devices stay vmapped (each device trains its share)."""
+    import jax
+
+    pixels_on_cpu = c.actor_input == "pixels" and jax.default_backend() == "cpu"
+    return {"host_updates": pixels_on_cpu, "sequential_runs": pixels_on_cpu and jax.device_count() == 1}
 
 
 def _start_sandbox_in_background() -> None:
@@ -478,16 +493,10 @@ class Loop:
 
         c = self.config
         if self._learner is None:
-            config = train_config(c, host_updates=self._host_updates())
+            config = train_config(c, **backend_options(c))
             self._learner = make_learner(config, self.envs.train_env, self.envs.train_params)
         epochs = c.final_epochs if k == "final" else c.epochs
         return Trainer(self._learner, bank, dataclasses.replace(self._learner.config, epochs=epochs))
-
-    def _host_updates(self) -> bool:
-        """The pixel actor on CPU trains with one jitted call per update (`TrainConfig.host_updates`)."""
-        import jax
-
-        return self.config.actor_input == "pixels" and jax.default_backend() == "cpu"
 
     def _prepare_final(self) -> None:
         from jaxrace.rewards import library_reward, load_reward

@@ -1,6 +1,7 @@
 import dataclasses
 import json
 
+import jax
 import pytest
 
 from jaxrace.design import PRESETS, ConfigMismatch, DesignConfig, RunDir, load_config
@@ -99,6 +100,16 @@ def test_the_training_jobs_take_every_training_field_of_the_design_config():
     fields = dict(num_envs=8, rollout_steps=4, updates_per_epoch=3, batch_size=64, replay_size=1000, n_step=2,
                   warmup_epochs=3, epochs=100, actor_average=0.01, actor_cvar=0.5)
     c = dataclasses.replace(load_config("paper"), hidden=32, chunk_epochs=50, final_epochs=200, **fields)
-    t = train_config(c, host_updates=True)
+    t = train_config(c, host_updates=True, sequential_runs=True)
     assert {k: getattr(t, k) for k in fields} == fields
-    assert (t.network.hidden, t.network.recurrent, t.network.actor_input, t.host_updates) == (32, True, "pixels", True)
+    assert (t.network.hidden, t.network.recurrent, t.network.actor_input, t.host_updates, t.sequential_runs) == (
+        32, True, "pixels", True, True)
+    assert not train_config(c).sequential_runs
+
+
+def test_the_pixel_actor_on_one_cpu_device_trains_its_runs_one_after_another():
+    from jaxrace.design.loop import backend_options
+
+    assert jax.default_backend() == "cpu" and jax.device_count() == 1
+    assert backend_options(load_config("paper")) == {"host_updates": True, "sequential_runs": True}
+    assert backend_options(load_config("standard")) == {"host_updates": False, "sequential_runs": False}
