@@ -1,20 +1,21 @@
 """Recurrent replay: sequences, burn-in, stored GRU state, and re-initialisation."""
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 import jaxrace
-from jaxrace.agents import HParams, TrainConfig, make_train
+from jaxrace.agents import HParams, TrainConfig, make_train, runner
 from jaxrace.agents.networks import NetworkConfig
 from jaxrace.rewards import RewardBank, library_reward
 
 BURN_IN, TRAIN_LENGTH, N_STEP = 3, 4, 2
 
 
-@pytest.fixture(scope="module")
-def trainer():
+def recurrent_trainer(**config_changes):
     # A 1.5 s time limit: 15 steps per episode, so sampled sequences cross episode ends.
     env, params = jaxrace.make(track="oval", start="time_trial", time_limit=1.5)
     bank = RewardBank.from_compiled([library_reward("progress")])
@@ -24,7 +25,12 @@ def trainer():
     config = TrainConfig(network=net, num_envs=2, rollout_steps=8, updates_per_epoch=1, batch_size=8,
                          replay_size=24, n_step=N_STEP, burn_in=BURN_IN, train_length=TRAIN_LENGTH,
                          warmup_epochs=2, epochs=6)
-    return make_train(config, env, params, bank)
+    return make_train(dataclasses.replace(config, **config_changes), env, params, bank)
+
+
+@pytest.fixture(scope="module")
+def trainer():
+    return recurrent_trainer()
 
 
 @pytest.fixture(scope="module")
@@ -124,3 +130,23 @@ def test_a_pixel_actor_needs_an_env_that_renders():
     bank = RewardBank.from_compiled([library_reward("progress")])
     with pytest.raises(ValueError, match="pixels=True"):
         make_train(TrainConfig(network=NetworkConfig(actor_input="pixels")), env, params, bank)
+
+
+
+def test_vmapped_runs_make_no_batched_lapack_call(trainer):
+    """jaxlib 0.10's CPU LAPACK kernels deadlock a 2-thread pool on two batched calls at once
+    (networks.one_key_at_a_time): the 2-run init, and an epoch that re-initialises the
+    networks, factorise one matrix per call (`num_batch_dims = "0"`)."""
+    keys = jax.random.split(jax.random.key(0), 2)
+    hparams = runner.per_run_hparams(HParams(), 2).replace(reward_params=None)
+    reinit = recurrent_trainer(reinit_every=1)
+    state = jax.eval_shape(jax.vmap(reinit.learner.init), keys, hparams)
+    programs = {
+        "init": jax.jit(jax.vmap(trainer.learner.init)).lower(keys, hparams),
+        "epoch": jax.jit(jax.vmap(lambda s, h: reinit.run_epochs(s, h, jnp.int32(0), 1))).lower(state, hparams),
+    }
+    for name, lowered in programs.items():
+        calls = [line for line in lowered.as_text().splitlines() if "custom_call @lapack_" in line]
+        assert calls, f"{name}: expected the GRU's QR factorisations"
+        for line in calls:
+            assert 'num_batch_dims = "0"' in line, f"{name}: a batched LAPACK call: {line.strip()[:160]}"
