@@ -85,6 +85,7 @@ ABLATIONS = (
     _vs_averaged("8 updates per epoch (against 16)", "-upd8", (2, 3), "dropped: 1.8x the steps, races further back"),
     _vs_averaged("reward scale 0.03 (against 0.1)", "-scale003", (2, 3, 1), "dropped: seeds disagree", brands=(1,)),
     _vs_averaged("discount 0.995 (against 0.99)", "-disc0995", (2, 3), "dropped: cleaner by racing slower"),
+    _vs_averaged("discount 0.98 (against 0.99)", "-disc098", (2, 3), "dropped: races further back, kept checkpoints 8th"),
     _vs_averaged("a quarter of the envs drive on after a course-out", "-keepgoing025", (2, 3),
                  "dropped: leaves the track more"),
     _vs_averaged("a quarter of the random starts off the track", "-offtrack025", (2, 3, 1),
