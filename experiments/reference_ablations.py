@@ -106,6 +106,11 @@ ABLATIONS = (
                  "-steps", (1, 2), "dropped: 6 kept targets against 8 over two seeds each; BrandsHatch seed 1 "
                  "meets all four (a first), the other three runs fewer than the averaged ones",
                  brands=(1, 2)),
+    _vs_averaged("both options: the curriculum and a quarter of the random starts off the track",
+                 "-curric-offtrack025", (2, 3), "dropped: worse in every column"),
+    Ablation("off-track starts 0.25 added to the curriculum", "curriculum (policy averaging 3e-4, 32 envs)",
+             _seeds("gp-E-envs32-avg-curric-offtrack025-seed{}", "gp-E-envs32-avg-curric-seed{}", (2, 3)),
+             "dropped: the two options do not add up"),
     Ablation("on one H100 GPU: 128 envs, batches of 1,024, 6 minutes", AVG,
              _seeds("gp-E-envs128-b1024-avg-h100-seed{}", "gp-E-envs32-avg-seed{}", (1, 2))
              + _seeds("brands-E-envs128-b1024-avg-h100-seed{}", "brands-E-envs32-avg-seed{}", (1, 2)),
