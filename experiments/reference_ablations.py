@@ -87,6 +87,8 @@ ABLATIONS = (
     _vs_averaged("discount 0.995 (against 0.99)", "-disc0995", (2, 3), "dropped: cleaner by racing slower"),
     _vs_averaged("discount 0.98 (against 0.99)", "-disc098", (2, 3),
                  "dropped: races further back, kept checkpoints 8th"),
+    _vs_averaged("target entropy -4 (against -2)", "-ent4", (2, 3),
+                 "not adopted yet: fewer contacts on both seeds, seed 3 leaves the track far more"),
     _vs_averaged("a quarter of the envs drive on after a course-out", "-keepgoing025", (2, 3),
                  "dropped: leaves the track more"),
     _vs_averaged("a quarter of the random starts off the track", "-offtrack025", (2, 3, 1),
