@@ -93,7 +93,8 @@ class RewardArtifact:
                 source = z.read("source.py").decode()
         except (zipfile.BadZipFile, KeyError, UnicodeDecodeError, json.JSONDecodeError) as e:
             raise ArtifactError(f"not a reward artifact: {e}") from None
-        if header.get("format") != FORMAT or header.get("version") != FORMAT_VERSION:
+        version = header.get("version")
+        if header.get("format") != FORMAT or type(version) is not int or version != FORMAT_VERSION:
             raise ArtifactError(f"unsupported artifact format {header.get('format')!r} version "
                                 f"{header.get('version')!r}; this jaxrace reads {FORMAT} {FORMAT_VERSION}")
         if header["layout"] != field_layout():
@@ -121,6 +122,15 @@ def _check_exported(exported: export.Exported, what: str, num_outputs: int) -> N
         problems.append(f"it calls {sorted(targets - ALLOWED_CUSTOM_CALLS)}")
     if problems:
         raise ArtifactError(f"the artifact's {what} is not a pure reward: {'; '.join(problems)}")
+
+
+def _check_inputs(exported: export.Exported, what: str, expected: list[tuple[tuple, np.dtype]]) -> None:
+    """The exported function takes `expected` ((shape, dtype), ...; "b" the symbolic batch)."""
+    found = [(tuple(map(str, a.shape)), np.dtype(a.dtype).name) for a in exported.in_avals]
+    want = [(tuple(map(str, shape)), np.dtype(d).name) for shape, d in expected]
+    if found != want:
+        raise ArtifactError(f"the artifact's {what} takes {len(found)} inputs {found[:3]}..., not the "
+                            f"{len(want)} inputs {want[:3]}... of a reward with {want[0][0][1]} PARAMS")
 
 
 def _batched_call(exported: export.Exported) -> Callable:
@@ -158,6 +168,11 @@ def load_call(artifact: RewardArtifact) -> Callable:
     _check_exported(vjp, "weights VJP", 1)
     view_dtypes = [np.dtype(d) for _, d in artifact.layout["RaceView"]]
     action_dtypes = [np.dtype(d) for _, d in artifact.layout["Action"]]
+    inputs = [(("b", len(artifact.params)), np.float32)] + [
+        (("b",), d) for d in view_dtypes + action_dtypes + view_dtypes]
+    _check_inputs(forward, "forward function", inputs)
+    _check_inputs(vjp, "weights VJP", inputs + [(("b",), np.float32), (("b", len(artifact.component_names)),
+                                                                        np.float32)])
     return make_call(_batched_call(forward), _batched_call(vjp), len(artifact.params),
                      view_dtypes + action_dtypes + view_dtypes)
 

@@ -211,7 +211,7 @@ def _quick_batch_checks():
     jax 0.10's export checks that each input's batch size equals `b` by evaluating
     `b * 1`, and `shape_poly._evaluate_multiply` first tries `operator.index` on the
     traced size. That fails, and the failure's message walks every equation traced so
-    far: quadratic in the inputs (55 of the forward, 57 of its VJP), a fifth of the
+    far: quadratic in the inputs (57 of the forward, 59 of its VJP), a fifth of the
     export's time. The shortcut returns what the original returns in that case. It is
     undone on exit (a worker's child exports on one thread). Where jax's private names
     differ, jax's own path runs.

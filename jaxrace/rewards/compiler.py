@@ -196,8 +196,10 @@ def compile_rewards(sources: Sequence[str], *, names: Sequence[str] | None = Non
 
 def _cache_file(cache_dir: str | Path, digest: str, limits: dict) -> Path:
     from jaxrace import __version__
+    from jaxrace.rewards.artifact import FORMAT_VERSION
 
-    key = f"{digest} {sorted(limits.items())!r} jaxrace {__version__} jax {jax.__version__}"
+    key = (f"{digest} {sorted(limits.items())!r} jaxrace {__version__} jax {jax.__version__} "
+           f"artifact {FORMAT_VERSION}")
     return Path(cache_dir) / f"{hashlib.sha256(key.encode()).hexdigest()}.jaxreward"
 
 

@@ -1,5 +1,6 @@
 """Exported reward artifacts: what the caller runs instead of the source."""
 
+import dataclasses
 import io
 import json
 import zipfile
@@ -166,7 +167,7 @@ def test_the_export_shortcut_gives_the_same_bytes_and_is_undone(monkeypatch):
     monkeypatch.setattr(build, "_quick_batch_checks", contextlib.nullcontext)
     plain = build.export_program(source, info, fn, names)
     assert quick.forward == plain.forward and quick.weights_vjp == plain.weights_vjp
-    # jax's path evaluates b * 1 with a traced b for every one of the 55 + 57 inputs; the shortcut takes them
+    # jax's path evaluates b * 1 with a traced b for every one of the 57 + 59 inputs; the shortcut takes them
     assert calls.count("DynamicJaxprTracer") >= 110
     assert shortcut_missed < len(calls) - 110
 
@@ -245,3 +246,53 @@ def test_a_build_runs_the_program_once_for_the_export_of_its_forward_and_vjp():
     assert artifact.forward == build.export_program(source, info, program, names).forward
     again = build.trace_forward(source, info, build.execute_program(source, info), names)
     assert again.text == forward.text and "f32[b,10]" in forward.text
+
+
+def test_exported_functions_whose_inputs_do_not_match_the_header_are_refused(compiled):
+    """A forged artifact whose weights input disagrees with its PARAMS, or whose header's
+    version is not the integer this jaxrace reads, fails on load with a reason, not at the first call."""
+    (b,) = export.symbolic_shape("b")
+    art = compiled.artifact
+    dtypes = [np.dtype(d) for _, d in art.layout["RaceView"] + art.layout["Action"] + art.layout["RaceView"]]
+
+    def three_weights(weights, *fields):
+        return fields[0] * weights[:, 0], jnp.zeros(fields[0].shape + (2,), jnp.float32)
+
+    specs = [jax.ShapeDtypeStruct((b, 3), jnp.float32)] + [jax.ShapeDtypeStruct((b,), d) for d in dtypes]
+    forged = export.export(jax.jit(three_weights), platforms=("cpu",))(*specs).serialize()
+    with pytest.raises(ArtifactError, match=r"forward function takes 57 inputs .*\('b', '3'\).* of a reward with 2 "
+                                            r"PARAMS"):
+        CompiledReward.from_artifact(dataclasses.replace(art, forward=forged))
+    header = json.loads(zipfile.ZipFile(io.BytesIO(art.to_bytes())).read("header.json"))
+    for version in (True, "1", 2):
+        header["version"] = version
+        with pytest.raises(ArtifactError, match="unsupported artifact format"):
+            RewardArtifact.from_bytes(_rezip(art.to_bytes(), **{"header.json": json.dumps(header)}))
+
+
+FIELDS_SOURCE = '''
+PARAMS = {"w": 1.0}
+
+
+def reward(prev, action, curr, params):
+    parts = {
+        "prev_rank": prev.rank * 1.0, "curr_laps": curr.laps * 1.0, "prev_num_cars": prev.num_cars * 1.0,
+        "prev_on_kerb": jnp.where(prev.on_kerb, 1.0, 0.0), "curr_finished": jnp.where(curr.finished, 1.0, 0.0),
+        "curr_wall_contact": jnp.where(curr.wall_contact, 1.0, 0.0), "steering": action.steering,
+        "curr_speed": curr.speed,
+    }
+    return params["w"] * parts["curr_speed"], parts
+'''
+
+
+def test_int_bool_and_float_fields_of_prev_action_and_curr_reach_the_program_in_place():
+    """The export takes 56 field inputs in layout order; every one must arrive as itself."""
+    reward = compile_reward(FIELDS_SOURCE, name="fields")
+    prev, act, curr, _ = synthetic_batch()
+    _, comps = jax.jit(reward)(prev, act, curr)
+    expected = {"prev_rank": prev.rank, "curr_laps": curr.laps, "prev_num_cars": prev.num_cars,
+                "prev_on_kerb": prev.on_kerb, "curr_finished": curr.finished, "curr_wall_contact": curr.wall_contact,
+                "steering": act.steering, "curr_speed": curr.speed}
+    assert reward.component_names == tuple(expected)
+    for name, values in expected.items():
+        np.testing.assert_array_equal(comps[name], np.asarray(values, np.float32), err_msg=name)
