@@ -76,6 +76,7 @@ ABLATIONS = (
              (("gp-E-envs32-contact300-seed3", "gp-E-envs32-seed3"),),
              "dropped: cleaner by not racing"),
     _vs_averaged("averaging rate 1e-3", "1e-3", (2, 3), "dropped: 3e-4 races better"),
+    _vs_averaged("averaging rate 1e-4", "1e-4", (2, 3), "dropped: races further back with more contacts on both seeds"),
     _vs_averaged("risk-averse actor (CVaR 0.5)", "-cvar05", (2, 3), "dropped: cleaner by racing less"),
     _vs_averaged("no closing term (w_close=0)", "-noclose", (2, 3, 1), "dropped: seeds disagree", brands=(1,)),
     _vs_averaged("both cores for one run", "-2cores", (2, 3), "not adopted: 1.34x the steps, seeds disagree"),
