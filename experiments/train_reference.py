@@ -260,6 +260,9 @@ def main() -> None:
     parser.add_argument("--actor-cvar", type=float, default=1.0, metavar="LEVEL",
                         help="risk-averse actor: maximise the mean of the lowest LEVEL share of the critic's "
                              "quantiles (the CVaR of the return; 1: their mean)")
+    parser.add_argument("--action-smoothness", type=float, default=0.0, metavar="WEIGHT",
+                        help="action smoothing: the actor's loss also pays WEIGHT times the squared change of its "
+                             "evaluation action from a state to the next (0: none)")
     parser.add_argument("--opponent-accel", action="store_true",
                         help="opponents in the observation also show their longitudinal acceleration (brake lights)")
     parser.add_argument("--pack-gap", type=float, default=0.0,
@@ -346,6 +349,7 @@ def main() -> None:
                          batch_size=args.batch, replay_size=args.replay,
                          n_step=args.n_step, warmup_epochs=20, epochs=args.chunk_epochs,
                          actor_average=args.actor_average, actor_cvar=args.actor_cvar,
+                         action_smoothness=args.action_smoothness,
                          reinit_every=args.reinit_every,
                          host_updates=args.host_updates == "on" or (args.host_updates == "auto" and pixels
                                                                     and jax.default_backend() == "cpu"))

@@ -36,6 +36,11 @@ class TrainConfig:
     # more than their probability. 1: the mean of all of them (QR-SAC as usual). The critics are
     # unchanged. Static, like actor_average.
     actor_cvar: float = 1.0
+    # Action smoothing (temporal smoothness, as CAPS): the actor's loss also pays this weight times
+    # the squared distance between its evaluation actions (tanh of the mean) at a replayed state and
+    # at the state after it, so the policy does not flick its steering and pedal from one step to
+    # the next. The env and the reward are unchanged. 0: none. Static, like actor_average.
+    action_smoothness: float = 0.0
     # Each update its own jitted call from a host loop, not a scan inside `learn`: XLA:CPU
     # differentiates a convolution inside a loop ~25x slower (README, "The pixel actor on CPU").
     # Split programs only (`train_many(fused=False)`); the results are the same.
@@ -58,6 +63,8 @@ class TrainConfig:
             raise ValueError(f"actor_average must be in [0, 1) (0: no averaging), got {self.actor_average}")
         if not 0.0 < self.actor_cvar <= 1.0:
             raise ValueError(f"actor_cvar must be in (0, 1] (1: risk-neutral), got {self.actor_cvar}")
+        if not 0.0 <= self.action_smoothness < float("inf"):
+            raise ValueError(f"action_smoothness must be finite and >= 0 (0: none), got {self.action_smoothness}")
 
     @property
     def trained_steps(self) -> int:

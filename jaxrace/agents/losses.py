@@ -82,6 +82,12 @@ def policy_loss(quantiles_1: jax.Array, quantiles_2: jax.Array, log_prob: jax.Ar
     return jax.lax.stop_gradient(alpha) * log_prob - q
 
 
+def action_change(mean: jax.Array, next_mean: jax.Array) -> jax.Array:
+    """f32[...]: the squared distance between the evaluation actions (tanh of the means, f32[..., 2])
+    at a state and at the state after it (the temporal smoothness term of CAPS)."""
+    return jnp.sum(jnp.square(jnp.tanh(next_mean) - jnp.tanh(mean)), axis=-1)
+
+
 def temperature_loss(log_alpha: jax.Array, log_prob: jax.Array, target_entropy: jax.Array) -> jax.Array:
     """f32[]: tunes alpha so that the policy's entropy tracks `target_entropy`."""
     return -log_alpha * jax.lax.stop_gradient(log_prob + target_entropy)
@@ -211,6 +217,14 @@ def make_losses(config: TrainConfig, actor: Actor, critic: TwinCritic) -> Callab
             q_pi = critic.apply(jax.lax.stop_gradient(critic_params), obs, action)  # trains the actor only
             actor_loss = jnp.mean(jax.vmap(functools.partial(policy_loss, cvar=config.actor_cvar),
                                            in_axes=(0, 0, 0, None))(q_pi[0], q_pi[1], logp, alpha))
+            if config.action_smoothness:
+                # The actor at each trained step's next observation, with its state after that step.
+                next_obs = jax.tree.map(lambda x: x[steps], seq.next_obs)
+                if pixels:
+                    next_obs["pixels"] = next_frames(seq, steps)
+                _, (after_mean, _) = jax.vmap(actor_step, in_axes=(None, 0, 0, None))(
+                    actor_params, carries[:trained], next_obs, no_reset)
+                actor_loss += config.action_smoothness * jnp.mean(action_change(mean, after_mean))
             alpha_loss = jnp.mean(jax.vmap(temperature_loss, in_axes=(None, 0, None))(
                 log_alpha, logp, hparams.target_entropy))
             return critic_loss, actor_loss, alpha_loss, jnp.max(jnp.abs(rewards))

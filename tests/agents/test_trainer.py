@@ -203,6 +203,31 @@ def test_a_risk_averse_actor_changes_the_actor_update_and_not_the_critics(setup,
             TrainConfig(actor_cvar=level)
 
 
+def test_action_smoothing_changes_the_actor_update_and_not_the_critics(setup, trainer):
+    """TrainConfig.action_smoothness reaches the actor's loss only, and pulls the actor's
+    evaluation actions at consecutive replayed states together."""
+    from jaxrace.agents.losses import action_change
+
+    env, params, bank = setup
+    state, _, _ = train_many(trainer, jax.random.key(1), [0, 0], chunk_epochs=2)  # the pinned job: no compile
+    run = jax.tree.map(lambda x: x[0], state)
+    smooth = make_train(dataclasses.replace(trainer.config, action_smoothness=100.0), env, params, bank)
+    plain, _ = jax.jit(trainer.learner.update)(run, HParams())
+    smoothed, _ = jax.jit(smooth.learner.update)(run, HParams())
+    for a, b in zip(jax.tree.leaves((plain.critic, plain.log_alpha)),
+                    jax.tree.leaves((smoothed.critic, smoothed.log_alpha)), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+    gap = max(float(np.max(np.abs(a - b))) for a, b in zip(jax.tree.leaves(plain.actor),
+                                                            jax.tree.leaves(smoothed.actor), strict=True))
+    assert gap > 1e-6
+    mean = jnp.asarray([[0.0, 0.0], [jnp.arctanh(0.5), 0.0]], jnp.float32)
+    after = jnp.asarray([[jnp.arctanh(0.5), jnp.arctanh(-0.25)], [jnp.arctanh(0.5), 0.0]], jnp.float32)
+    np.testing.assert_allclose(action_change(mean, after), [0.25 + 0.0625, 0.0], rtol=1e-6, atol=1e-7)
+    for weight in (-1.0, float("inf"), float("nan")):
+        with pytest.raises(ValueError, match="action_smoothness must be finite and >= 0"):
+            TrainConfig(action_smoothness=weight)
+
+
 def test_policy_averaging_keeps_a_moving_average_of_the_actor(setup, trainer):
     """TrainConfig.actor_average: after every update the average moves that share of the way to the
     actor; warm-up and a failed run leave it alone, and checkpoint selection is handed the average."""
