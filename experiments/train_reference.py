@@ -90,6 +90,8 @@ def result_rows(prefix: str, a: Assessment) -> list[dict]:
         {"name": f"{prefix}races, course-outs by race", "value": list(a.outs_by_race), "unit": "list"},
         {"name": f"{prefix}races, finished (1) or out of time (0)", "value": [int(f) for f in a.finished],
          "unit": "list"},
+        {"name": f"{prefix}races, mean squared action change per step (steering, throttle_brake)",
+         "value": None if a.action_change is None else [round(c, 5) for c in a.action_change], "unit": "list"},
     ]
 
 
@@ -375,7 +377,8 @@ def main() -> None:
         a = assess(trainer, actors, ref_lap, jax.random.fold_in(k_select, epoch), **judge)[0]
         evals.append(dict(steps=epoch * steps_per_epoch, lap=a.lap, outs=a.lap_outs, races=a.races,
                           mean_position=float(np.mean(a.positions)) if a.positions else None,
-                          at_fault=a.at_fault, race_outs=a.course_outs, score=racing_score(a)))
+                          at_fault=a.at_fault, race_outs=a.course_outs, score=racing_score(a),
+                          action_change=None if a.action_change is None else [round(c, 5) for c in a.action_change]))
         return np.array([evals[-1]["score"]])
 
     def final_assessment(actor):

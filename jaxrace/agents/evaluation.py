@@ -83,6 +83,17 @@ def race_metrics(states, params) -> RaceMetrics:
     )
 
 
+def mean_action_change(actions, finished) -> tuple[float, float] | None:
+    """Mean squared change of the ego car's (steering, throttle_brake) from one step to the next
+    while it races: actions f32[..., T, 2], finished bool[..., T + 1] (the ego car's, of the states
+    the actions were taken in and after). None when no two actions were taken before the finish."""
+    actions, racing = np.asarray(actions, np.float64), ~np.asarray(finished, bool)[..., 1:-1]
+    change = np.square(np.diff(actions, axis=-2))[racing]  # [pairs, 2]
+    if not len(change):
+        return None
+    return float(change[:, 0].mean()), float(change[:, 1].mean())
+
+
 @functools.partial(jax.jit, static_argnums=(0, 1, 5, 6))
 def _races(learner, env, actor_params, params, keys, num_steps: int, params_per_race: bool):
     """Jitted once per (learner, env, shapes, num_steps): evaluation can run every chunk, and every bank."""

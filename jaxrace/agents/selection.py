@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxrace.agents.evaluation import evaluate
+from jaxrace.agents.evaluation import evaluate, mean_action_change
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,6 +45,8 @@ class Assessment:
     course_outs: int  # over all races
     finished: tuple[bool, ...] = ()  # each race: all its laps done before the time ran out
     outs_by_race: tuple[int, ...] = ()  # each race's course-outs
+    # mean squared change of (steering, throttle_brake) per step over the races (None: no races)
+    action_change: tuple[float, float] | None = None
 
     @property
     def races(self) -> int:
@@ -95,18 +97,21 @@ def assess(trainer, actors, ref_lap: float, key: jax.Array, *, tt_env=None, tt_p
     if tt_env is not None:
         tt = evaluate(trainer, actors, tt_env, tt_params, k_tt, tt_steps).metrics
         laps = [(r[0].best_lap, r[0].course_outs) for r in tt]
-    races = [[] for _ in range(runs)]
+    races, changes = [[] for _ in range(runs)], [None] * runs
     if race_env is not None:
         num = int(jax.tree.leaves(race_fields)[0].shape[0])
-        races = evaluate(trainer, actors, race_env, race_fields, k_race, race_steps, num_races=num,
-                         params_per_race=True).metrics
+        raced = evaluate(trainer, actors, race_env, race_fields, k_race, race_steps, num_races=num,
+                         params_per_race=True)
+        races = raced.metrics
+        finished = np.asarray(raced.states.cars.finished[..., 0])
+        changes = [mean_action_change(raced.actions[r], finished[r]) for r in range(runs)]
     return [Assessment(lap=lap, lap_gap=None if lap is None else 100.0 * (lap / ref_lap - 1.0), lap_outs=outs,
                        positions=tuple(m.finishing_position for m in per_run),
                        at_fault=sum(m.collisions_at_fault for m in per_run),
                        course_outs=sum(m.course_outs for m in per_run),
                        finished=tuple(bool(m.finished) for m in per_run),
-                       outs_by_race=tuple(int(m.course_outs) for m in per_run))
-            for (lap, outs), per_run in zip(laps, races, strict=True)]
+                       outs_by_race=tuple(int(m.course_outs) for m in per_run), action_change=change)
+            for (lap, outs), per_run, change in zip(laps, races, changes, strict=True)]
 
 
 class KeepBest:

@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 
+from jaxrace.agents.evaluation import mean_action_change
 from jaxrace.agents.selection import Assessment, KeepBest, Targets, racing_score
 
 
@@ -33,3 +34,14 @@ def test_targets_met_or_not():
 def test_keep_best_refuses_a_bad_interval():
     with pytest.raises(ValueError, match="every must be at least 1"):
         KeepBest(lambda epoch, actors: np.zeros(1), every=0)
+
+
+def test_the_action_change_counts_only_steps_before_the_finish():
+    """Mean squared change per step of (steering, throttle_brake); a race's steps after the ego
+    car's finish do not count, and a race with no two actions before it gives None."""
+    actions = np.asarray([[[0.0, 1.0], [0.5, 1.0], [0.5, -1.0], [-1.0, -1.0]],
+                          [[0.0, 0.0], [1.0, 0.0], [1.0, 0.0], [1.0, 0.0]]], np.float32)
+    finished = np.asarray([[0, 0, 0, 1, 1], [0, 0, 0, 0, 0]], bool)  # race 0 finishes after its third action
+    # race 0: changes (0.5, 0), (0, -2); race 1: (1, 0), (0, 0), (0, 0)
+    assert mean_action_change(actions, finished) == pytest.approx(((0.25 + 0 + 1) / 5, (0 + 4 + 0) / 5))
+    assert mean_action_change(actions[:1, :2], np.ones((1, 3), bool)) is None

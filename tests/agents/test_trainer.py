@@ -510,8 +510,11 @@ def test_assess_reports_each_race_as_its_totals_do(setup, trainer):
     actors = jax.tree.map(lambda x: x[None], trainer.init(jax.random.key(4), HParams(), 0).actor)
     key = jax.random.key(6)
     (got,) = assess(trainer, actors, 36.0, key, race_env=env, race_fields=fields, race_steps=60)
-    races = evaluate(trainer, actors, env, fields, jax.random.split(key)[1], 60, num_races=3,
-                     params_per_race=True).metrics[0]
+    raced = evaluate(trainer, actors, env, fields, jax.random.split(key)[1], 60, num_races=3,
+                     params_per_race=True)
+    races = raced.metrics[0]
     assert got.finished == (False, False, False)  # 6 s of a 36 s lap
+    change = np.square(np.diff(np.asarray(raced.actions[0], np.float64), axis=1)).mean(axis=(0, 1))
+    np.testing.assert_allclose(got.action_change, change, rtol=1e-9)  # nobody finished: every step counts
     assert got.outs_by_race == tuple(m.course_outs for m in races) and sum(got.outs_by_race) == got.course_outs
     assert got.positions == tuple(m.finishing_position for m in races) and got.lap is None
