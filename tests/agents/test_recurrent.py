@@ -77,6 +77,36 @@ def test_the_burn_in_gets_no_gradient_and_the_trained_steps_do(trainer, trained)
     assert np.all(proprio[:, BURN_IN:BURN_IN + TRAIN_LENGTH].sum(axis=(0, 2)) > 0.0)
 
 
+def test_action_smoothing_adds_the_change_of_the_mean_action_between_consecutive_steps(trainer, trained):
+    """TrainConfig.action_smoothness adds to the actor's loss the weight times the squared change of
+    tanh(mean) from each trained step to the next, with the GRU state carried through: checked
+    against one pass of the actor along sequences made of one episode each."""
+    from jaxrace.agents.losses import action_change
+    from jaxrace.agents.networks import Actor, actor_sequence
+
+    batch = jax.jit(trainer.sample)(trained.replay, jax.random.key(2))
+    no_end = jnp.zeros_like(batch.reset)
+    # One episode per sequence: no reset, no end, and each step's next observation the next step's.
+    next_obs = jax.tree.map(lambda x: jnp.concatenate([x[:, 1:], x[:, -1:]], axis=1), batch.obs)
+    batch = batch._replace(reset=no_end, terminated=no_end, truncated=no_end, next_obs=next_obs)
+    weight = 3.0
+    smooth = recurrent_trainer(action_smoothness=weight)
+    nets = (trained.actor, trained.critic, trained.log_alpha)
+    plain, smoothed = (jax.jit(t.loss_fn)(nets, trained.target_critic, batch, HParams(), jax.random.key(3))
+                       for t in (trainer, smooth))
+
+    def means(seq):
+        _, (_, (mean, _)) = actor_sequence(Actor(trainer.config.network), trained.actor, seq.carry[0], seq.obs,
+                                           seq.reset)
+        return mean[BURN_IN:BURN_IN + TRAIN_LENGTH + 1]  # the trained steps and the step after the last
+
+    mean = jax.vmap(means)(batch)
+    want = weight * jnp.mean(action_change(mean[:, :-1], mean[:, 1:]))
+    assert float(want) > 1e-4  # an untrained actor does change its action from step to step
+    np.testing.assert_allclose(smoothed.actor - plain.actor, want, rtol=1e-4)
+    np.testing.assert_allclose(smoothed.critic, plain.critic, rtol=1e-6)
+
+
 def test_the_acting_state_is_carried_across_epochs(trainer, trained):
     carry = np.asarray(trained.carry)
     assert carry.shape == (2, 8) and np.any(carry != 0.0)
