@@ -39,6 +39,9 @@ def _seeds(change: str, baseline: str, runs: tuple[str, ...]) -> tuple[tuple[str
 
 
 AVG = "policy averaging 3e-4 (32 envs, recipe E)"
+# The same recipe rerun on the CPU class the later runs had (no AVX-512: 47-55 minutes, not 27),
+# where training does not repeat the first runs bit for bit.
+RERUN = "policy averaging 3e-4, rerun on the same CPU"
 
 
 def _vs_averaged(change: str, suffix: str, gp_seeds: tuple[int, ...], verdict: str,
@@ -91,6 +94,21 @@ ABLATIONS = (
     _vs_averaged("target entropy -4 (against -2)", "-ent4", (2, 3, 1),
                  "dropped: fewer contacts on 3 seeds of 4, places and course-outs split 2-2",
                  brands=(1,)),
+    _vs_averaged("no change: the recipe rerun on a CPU without AVX-512 (the noise floor)", "-rerun-avx2", (2, 3),
+                 "no change made: per seed, places moved 1.1-2.0, course-outs 2.3, contacts 0.4 per race"),
+    Ablation("action smoothing 1 (the CAPS temporal term)", RERUN, _seeds(
+        "gp-E-envs32-avg-smooth1-seed{}", "gp-E-envs32-avg-rerun-avx2-seed{}", (2, 3)),
+             "candidate: raced steering 10x smoother, 0.5 fewer contacts per race on both seeds, "
+             "places and course-outs split"),
+    Ablation("averaging rate 1e-4", RERUN, _seeds("gp-E-envs32-avg1e-4-seed{}", "gp-E-envs32-avg-rerun-avx2-seed{}",
+                                                  (2, 3)), "re-read on the same CPU: mixed, within the rerun's spread"),
+    Ablation("target entropy -4 (against -2)", RERUN, _seeds(
+        "gp-E-envs32-avg-ent4-seed{}", "gp-E-envs32-avg-rerun-avx2-seed{}", (2, 3)),
+             "re-read on the same CPU: 1.2 fewer contacts per race on both seeds (3x the rerun's spread), "
+             "places and course-outs split"),
+    Ablation("discount 0.98 (against 0.99)", RERUN, _seeds(
+        "gp-E-envs32-avg-disc098-seed{}", "gp-E-envs32-avg-rerun-avx2-seed{}", (2, 3)),
+             "re-read on the same CPU: seed 3 better in every column, seed 2 mixed"),
     _vs_averaged("a quarter of the envs drive on after a course-out", "-keepgoing025", (2, 3),
                  "dropped: leaves the track more"),
     _vs_averaged("a quarter of the random starts off the track", "-offtrack025", (2, 3, 1),
