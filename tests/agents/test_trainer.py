@@ -183,43 +183,37 @@ def test_a_short_training_chunk_is_bit_identical_to_the_pinned_one(trainer):
     assert got == want, f"training digest {got} != pinned {want}"
 
 
-def test_a_risk_averse_actor_changes_the_actor_update_and_not_the_critics(setup, trainer):
-    """TrainConfig.actor_cvar reaches the actor's loss: one update from the same state moves the
-    actor differently, and the critics and the temperature the same (their losses do not use it)."""
+def assert_only_the_actor_update_changes(setup, trainer, **change):
+    """One update from the same state, with and without a change of the actor's loss: the
+    critics and the temperature move the same (their losses do not use it), the actor not."""
     env, params, bank = setup
     state, _, _ = train_many(trainer, jax.random.key(1), [0, 0], chunk_epochs=2)  # the pinned job: no compile
     run = jax.tree.map(lambda x: x[0], state)
-    risky = make_train(dataclasses.replace(trainer.config, actor_cvar=0.25), env, params, bank)
-    neutral, _ = jax.jit(trainer.learner.update)(run, HParams())
-    averse, _ = jax.jit(risky.learner.update)(run, HParams())
-    for a, b in zip(jax.tree.leaves((neutral.critic, neutral.log_alpha)),
-                    jax.tree.leaves((averse.critic, averse.log_alpha)), strict=True):
+    changed = make_train(dataclasses.replace(trainer.config, **change), env, params, bank)
+    before, _ = jax.jit(trainer.learner.update)(run, HParams())
+    after, _ = jax.jit(changed.learner.update)(run, HParams())
+    for a, b in zip(jax.tree.leaves((before.critic, before.log_alpha)),
+                    jax.tree.leaves((after.critic, after.log_alpha)), strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)  # (two programs: rounding may differ)
-    gap = max(float(np.max(np.abs(a - b))) for a, b in zip(jax.tree.leaves(neutral.actor),
-                                                            jax.tree.leaves(averse.actor), strict=True))
+    gap = max(float(np.max(np.abs(a - b))) for a, b in zip(jax.tree.leaves(before.actor),
+                                                            jax.tree.leaves(after.actor), strict=True))
     assert gap > 1e-6
+
+
+def test_a_risk_averse_actor_changes_the_actor_update_and_not_the_critics(setup, trainer):
+    """TrainConfig.actor_cvar reaches the actor's loss and no other."""
+    assert_only_the_actor_update_changes(setup, trainer, actor_cvar=0.25)
     for level in (0.0, 1.5):
         with pytest.raises(ValueError, match=r"actor_cvar must be in \(0, 1\]"):
             TrainConfig(actor_cvar=level)
 
 
 def test_action_smoothing_changes_the_actor_update_and_not_the_critics(setup, trainer):
-    """TrainConfig.action_smoothness reaches the actor's loss only, and pulls the actor's
-    evaluation actions at consecutive replayed states together."""
+    """TrainConfig.action_smoothness reaches the actor's loss and no other (its value along a
+    sequence: test_recurrent); the squared change of tanh(mean) is exact."""
     from jaxrace.agents.losses import action_change
 
-    env, params, bank = setup
-    state, _, _ = train_many(trainer, jax.random.key(1), [0, 0], chunk_epochs=2)  # the pinned job: no compile
-    run = jax.tree.map(lambda x: x[0], state)
-    smooth = make_train(dataclasses.replace(trainer.config, action_smoothness=100.0), env, params, bank)
-    plain, _ = jax.jit(trainer.learner.update)(run, HParams())
-    smoothed, _ = jax.jit(smooth.learner.update)(run, HParams())
-    for a, b in zip(jax.tree.leaves((plain.critic, plain.log_alpha)),
-                    jax.tree.leaves((smoothed.critic, smoothed.log_alpha)), strict=True):
-        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
-    gap = max(float(np.max(np.abs(a - b))) for a, b in zip(jax.tree.leaves(plain.actor),
-                                                            jax.tree.leaves(smoothed.actor), strict=True))
-    assert gap > 1e-6
+    assert_only_the_actor_update_changes(setup, trainer, action_smoothness=100.0)
     mean = jnp.asarray([[0.0, 0.0], [jnp.arctanh(0.5), 0.0]], jnp.float32)
     after = jnp.asarray([[jnp.arctanh(0.5), jnp.arctanh(-0.25)], [jnp.arctanh(0.5), 0.0]], jnp.float32)
     np.testing.assert_allclose(action_change(mean, after), [0.25 + 0.0625, 0.0], rtol=1e-6, atol=1e-7)
