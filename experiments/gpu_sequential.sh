@@ -27,7 +27,7 @@ JAXRACE_RESULTS_TAG=$tag timeout --kill-after=5 150 "$python" experiments/bench_
     --runs 1 2 4 2>&1 | tail -25
 left=$((deadline - SECONDS - 10))
 echo "== $(date +%T) epoch_split, the short paper preset, vmapped and one after another (at most $left s)"
-JAXRACE_RESULTS_TAG=paper-short-$tag timeout --kill-after=5 $left "$python" experiments/epoch_split.py \
+JAXRACE_RESULTS_TAG=paper-short-$tag-sequential timeout --kill-after=5 $left "$python" experiments/epoch_split.py \
     --preset paper --config experiments/paper_short.toml --variants preset sequential 2>&1 |
     grep -v "Compiling\|cache" | tail -12
 echo "== exit ${PIPESTATUS[0]} at $(date +%T)"

@@ -144,16 +144,18 @@ def train_config(c: DesignConfig, *, host_updates: bool = False, sequential_runs
 
 
 def backend_options(c: DesignConfig) -> dict[str, bool]:
-    """How the pixel actor trains on CPU, as measured there: one jitted call per update
-    (`TrainConfig.host_updates`), and each program runs a job's runs one after another
-    (`TrainConfig.sequential_runs`: vmapped, their convolutions are grouped ones and the paper
-    preset's epoch of 2 runs took 2.5x as long, `experiments/epoch_split.py`). The state actor's
-    vmapped runs are batched matrix products: one after another they took 2.4x as long. Runs
-    spread over several devices stay vmapped (each device trains its share)."""
+    """How the pixel actor trains, as measured (`experiments/epoch_split.py`). Vmapped over runs,
+    its convolutions become grouped ones, slow on both backends: on a single device each program
+    runs a job's runs one after another (`TrainConfig.sequential_runs`; the paper preset's epoch
+    of 2 runs took 2.5x less time on a 2-core CPU, 11.5x less on an H100). On CPU, also one jitted
+    call per update (`TrainConfig.host_updates`). The state actor's vmapped runs are batched matrix
+    products (one after another they took 2.4x as long), and runs spread over several devices stay
+    vmapped (each device trains its share)."""
     import jax
 
-    pixels_on_cpu = c.actor_input == "pixels" and jax.default_backend() == "cpu"
-    return {"host_updates": pixels_on_cpu, "sequential_runs": pixels_on_cpu and jax.device_count() == 1}
+    pixels = c.actor_input == "pixels"
+    return {"host_updates": pixels and jax.default_backend() == "cpu",
+            "sequential_runs": pixels and jax.device_count() == 1}
 
 
 def _start_sandbox_in_background() -> None:
