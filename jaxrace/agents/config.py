@@ -47,9 +47,10 @@ class TrainConfig:
     host_updates: bool = False
     # The runs of a job one after another in each training program (unrolled), not vmapped:
     # vmapped over runs with their own weights, a CNN's convolutions become grouped ones, which
-    # XLA:CPU runs about 3x slower than the runs' convolutions one at a time
-    # (experiments/bench_run_conv.py). For the pixel actor; the results are the same, and each
-    # program is R copies of one run's, so its compile time grows with the runs.
+    # XLA:CPU runs about 3x and XLA:GPU (an H100) 33-43x slower than the runs' convolutions one at
+    # a time (experiments/bench_run_conv.py). For the pixel actor; the results are the same, and
+    # each program is R copies of one run's (each device's share, when the runs are split over
+    # several), so its compile time grows with the runs.
     sequential_runs: bool = False
 
     def __post_init__(self):

@@ -9,7 +9,8 @@ reward bank, so with the split programs a new bank recompiles only that small pr
 `collect` and `learn` are compiled once per Learner (and kept in JAX's persistent cache
 across processes). Progress callbacks, checkpoints (orbax) and resumption happen between
 chunks. With several devices the run axis is sharded
-across them: local ones, or every process's after `jaxrace.agents.distributed.initialize`.
+across them: local ones, or every process's after `jaxrace.agents.distributed.initialize`;
+with `TrainConfig.sequential_runs` each device loops over its own share (`shard_map`).
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ import functools
 
 import jax
 import jax.numpy as jnp
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from jaxrace.agents.checkpoint import Checkpointer
 from jaxrace.agents.config import HParams
@@ -32,10 +35,11 @@ def _init_runs(learner: Learner, keys, hparams):
     return jax.vmap(learner.init)(keys, hparams)
 
 
-def over_runs(learner: Learner, fn):
+def over_runs(learner: Learner, fn, mesh: Mesh | None = None):
     """`fn` over the leading run axis of its arguments: vmapped, or with
     `TrainConfig.sequential_runs` one run after another, unrolled (a scan with no loop left:
-    XLA:CPU differentiates a convolution inside a loop an order of magnitude slower)."""
+    XLA:CPU differentiates a convolution inside a loop an order of magnitude slower). `mesh`
+    (`runs_mesh`): the run axis is split over its devices, and each loops over its own share."""
     if not learner.config.sequential_runs:
         return jax.vmap(fn)
 
@@ -44,18 +48,28 @@ def over_runs(learner: Learner, fn):
             return jax.vmap(fn)(*args)
         return jax.lax.scan(lambda _, a: (None, fn(*a)), None, args, unroll=True)[1]
 
-    return one_after_another
+    if mesh is None:
+        return one_after_another
+    runs = P(mesh.axis_names[0])  # a prefix of every argument and result: the run axis first, split
+    return jax.shard_map(one_after_another, mesh=mesh, in_specs=runs, out_specs=runs, check_vma=False)
 
 
-@functools.partial(jax.jit, static_argnums=(0, 4), donate_argnums=(1,))
-def _run_chunk(trainer: Trainer, state, hparams, reward_index, num_epochs: int):
-    return over_runs(trainer.learner, lambda s, h, r: trainer.run_epochs(s, h, r, num_epochs))(
+def runs_mesh(learner: Learner, run_sharding: NamedSharding, runs: int) -> Mesh | None:
+    """The mesh whose devices each loop over their share of the R runs (`TrainConfig.sequential_runs`
+    with the runs split over several devices), or None: vmapped runs (GSPMD splits those), or one device."""
+    mesh = run_sharding.mesh
+    return mesh if learner.config.sequential_runs and mesh.size > 1 and runs % mesh.size == 0 else None
+
+
+@functools.partial(jax.jit, static_argnums=(0, 4), static_argnames=("mesh",), donate_argnums=(1,))
+def _run_chunk(trainer: Trainer, state, hparams, reward_index, num_epochs: int, mesh: Mesh | None = None):
+    return over_runs(trainer.learner, lambda s, h, r: trainer.run_epochs(s, h, r, num_epochs), mesh)(
         state, hparams, reward_index)
 
 
-@functools.partial(jax.jit, static_argnums=(0,), donate_argnums=(1,))
-def _collect(learner: Learner, state):
-    return over_runs(learner, learner.collect)(state)
+@functools.partial(jax.jit, static_argnums=(0,), static_argnames=("mesh",), donate_argnums=(1,))
+def _collect(learner: Learner, state, mesh: Mesh | None = None):
+    return over_runs(learner, learner.collect, mesh)(state)
 
 
 @functools.partial(jax.jit, static_argnums=(0,))
@@ -63,63 +77,64 @@ def _label(trainer: Trainer, collected, reward_index, reward_params):
     return jax.vmap(trainer.label)(collected, reward_index, reward_params)
 
 
-@functools.partial(jax.jit, static_argnums=(0,), donate_argnums=(1,))
-def _learn(learner: Learner, state, hparams, collected, rewards):
-    return over_runs(learner, learner.learn)(state, hparams, collected, rewards)
+@functools.partial(jax.jit, static_argnums=(0,), static_argnames=("mesh",), donate_argnums=(1,))
+def _learn(learner: Learner, state, hparams, collected, rewards, mesh: Mesh | None = None):
+    return over_runs(learner, learner.learn, mesh)(state, hparams, collected, rewards)
 
 
-@functools.partial(jax.jit, static_argnums=(0,), donate_argnums=(1,))
-def _store(learner: Learner, state, collected, rewards):
-    return over_runs(learner, learner.store)(state, collected, rewards)
+@functools.partial(jax.jit, static_argnums=(0,), static_argnames=("mesh",), donate_argnums=(1,))
+def _store(learner: Learner, state, collected, rewards, mesh: Mesh | None = None):
+    return over_runs(learner, learner.store, mesh)(state, collected, rewards)
 
 
-@functools.partial(jax.jit, static_argnums=(0,), donate_argnums=(1,))
-def _update(learner: Learner, state, hparams):
-    return over_runs(learner, learner.update)(state, hparams)
+@functools.partial(jax.jit, static_argnums=(0,), static_argnames=("mesh",), donate_argnums=(1,))
+def _update(learner: Learner, state, hparams, mesh: Mesh | None = None):
+    return over_runs(learner, learner.update, mesh)(state, hparams)
 
 
-@functools.partial(jax.jit, static_argnums=(0,), donate_argnums=(1,))
-def _finish(learner: Learner, state, collected, rewards, losses):
+@functools.partial(jax.jit, static_argnums=(0,), static_argnames=("mesh",), donate_argnums=(1,))
+def _finish(learner: Learner, state, collected, rewards, losses, mesh: Mesh | None = None):
     """losses: (critic, actor) f32[R, U], or None during warm-up (no updates: reported as 0)."""
     def one(s, c, r, ls):
         ls = (jnp.zeros(learner.config.updates_per_epoch),) * 2 if ls is None else ls
         return learner.finish(s, s, c, r, ls)
 
-    return over_runs(learner, one)(state, collected, rewards, losses)
+    return over_runs(learner, one, mesh)(state, collected, rewards, losses)
 
 
-def _host_learn(learner: Learner, state, hparams, collected, rewards, epoch: int):
+def _host_learn(learner: Learner, state, hparams, collected, rewards, epoch: int, mesh: Mesh | None):
     """`learn` with each update its own call (`TrainConfig.host_updates`); none during warm-up."""
-    state = _store(learner, state, collected, rewards)
+    state = _store(learner, state, collected, rewards, mesh=mesh)
     losses = None
     if epoch >= learner.config.warmup_epochs:
         steps = []
         for _ in range(learner.config.updates_per_epoch):
-            state, loss = _update(learner, state, hparams)
+            state, loss = _update(learner, state, hparams, mesh=mesh)
             steps.append(loss)
         losses = tuple(jnp.stack(x, axis=1) for x in zip(*steps, strict=True)) if steps else None
-    return _finish(learner, state, collected, rewards, losses)
+    return _finish(learner, state, collected, rewards, losses, mesh=mesh)
 
 
-def split_epochs(trainer: Trainer, state, hparams, reward_index, num_epochs: int, first_epoch: int = 0):
+def split_epochs(trainer: Trainer, state, hparams, reward_index, num_epochs: int, first_epoch: int = 0,
+                 mesh: Mesh | None = None):
     """`num_epochs` epochs of R vmapped runs as collect, label and learn calls (train_many's default).
 
     state, hparams (`per_run_hparams`) and reward_index i32[R] have the run axis R first;
     returns (state, Metrics [R, num_epochs]). The weights go to `label` alone: their width
     (the bank's most PARAMS) must not reach the bank-free programs' shapes. `first_epoch`
     (the epochs done before) tells the host loop of `TrainConfig.host_updates` when
-    warm-up ends.
+    warm-up ends. `mesh` (`runs_mesh`): the devices that each loop over their share of the runs.
     """
     reward_params = _reward_params(trainer, hparams, reward_index)
     hparams = hparams.replace(reward_params=None)
     learner, metrics = trainer.learner, []
     for epoch in range(first_epoch, first_epoch + num_epochs):
-        state, collected = _collect(learner, state)
+        state, collected = _collect(learner, state, mesh=mesh)
         rewards = _label(trainer, collected, reward_index, reward_params)
         if learner.config.host_updates:
-            state, epoch_metrics = _host_learn(learner, state, hparams, collected, rewards, epoch)
+            state, epoch_metrics = _host_learn(learner, state, hparams, collected, rewards, epoch, mesh)
         else:
-            state, epoch_metrics = _learn(learner, state, hparams, collected, rewards)
+            state, epoch_metrics = _learn(learner, state, hparams, collected, rewards, mesh=mesh)
         metrics.append(epoch_metrics)
     return state, jax.tree.map(lambda *m: jnp.stack(m, axis=1), *metrics)
 
@@ -223,7 +238,8 @@ def train_many(trainer: Trainer, key: jax.Array, reward_indices, seeds_per_rewar
     a report resumes after that chunk.
 
     With several devices the run axis is sharded across them (when they divide R):
-    each device trains its share of the runs. Across processes (`distributed.initialize`)
+    each device trains its share of the runs (with `TrainConfig.sequential_runs`, one after
+    another). Across processes (`distributed.initialize`)
     every process makes this same call, and the devices of all must divide R.
 
     Returns:
@@ -238,10 +254,7 @@ def train_many(trainer: Trainer, key: jax.Array, reward_indices, seeds_per_rewar
     if epochs % chunk:
         raise ValueError(f"chunk_epochs ({chunk}) must divide epochs ({epochs})")
     run_sharding = env_sharding(devices, axis_name="runs")
-    if trainer.config.sequential_runs and run_sharding.mesh.size > 1:
-        raise ValueError(f"TrainConfig(sequential_runs=True) trains the runs one after another on one device; "
-                         f"this job would spread them over {run_sharding.mesh.size} devices: pass one device "
-                         f"(devices=jax.devices()[:1]) or vmap the runs")
+    mesh = runs_mesh(trainer.learner, run_sharding, runs)
     local = jax.process_count() > 1 and run_sharding.is_fully_addressable
     if jax.process_count() > 1 and not local and runs % run_sharding.mesh.size:
         raise ValueError(f"{runs} runs cannot be split over the {run_sharding.mesh.size} devices of "
@@ -282,9 +295,10 @@ def train_many(trainer: Trainer, key: jax.Array, reward_indices, seeds_per_rewar
                 keep.load(stored[2])
         for done in range(start, epochs, chunk):
             if fused:
-                state, metrics = _run_chunk(trainer, state, hparams, reward_index, chunk)
+                state, metrics = _run_chunk(trainer, state, hparams, reward_index, chunk, mesh=mesh)
             else:
-                state, metrics = split_epochs(trainer, state, hparams, reward_index, chunk, first_epoch=done)
+                state, metrics = split_epochs(trainer, state, hparams, reward_index, chunk, first_epoch=done,
+                                              mesh=mesh)
             history = jax.tree.map(lambda h, m, d=done: h.at[:, d:d + chunk].set(m), history, metrics)
             if keep is not None:
                 keep.update(done + chunk, state.policy_actor)

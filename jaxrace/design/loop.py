@@ -145,17 +145,16 @@ def train_config(c: DesignConfig, *, host_updates: bool = False, sequential_runs
 
 def backend_options(c: DesignConfig) -> dict[str, bool]:
     """How the pixel actor trains, as measured (`experiments/epoch_split.py`). Vmapped over runs,
-    its convolutions become grouped ones, slow on both backends: on a single device each program
-    runs a job's runs one after another (`TrainConfig.sequential_runs`; the paper preset's epoch
-    of 2 runs took 2.5x less time on a 2-core CPU, 11.5x less on an H100). On CPU, also one jitted
-    call per update (`TrainConfig.host_updates`). The state actor's vmapped runs are batched matrix
-    products (one after another they took 2.4x as long), and runs spread over several devices stay
-    vmapped (each device trains its share)."""
+    its convolutions become grouped ones, slow on both backends, so each program runs a job's
+    runs one after another (`TrainConfig.sequential_runs`; each device its own share when the
+    runs are split over several): the paper preset's epoch of 2 runs took 2.5x less time on a
+    2-core CPU, 11.5x less on an H100. On CPU, also one jitted call per update
+    (`TrainConfig.host_updates`). The state actor's vmapped runs are batched matrix products:
+    one after another they took 2.4x as long."""
     import jax
 
     pixels = c.actor_input == "pixels"
-    return {"host_updates": pixels and jax.default_backend() == "cpu",
-            "sequential_runs": pixels and jax.device_count() == 1}
+    return {"host_updates": pixels and jax.default_backend() == "cpu", "sequential_runs": pixels}
 
 
 def _start_sandbox_in_background() -> None:

@@ -1,9 +1,10 @@
 """A tiny train_many job in a process of its own (the sharding, multi-process and resume tests).
 
     python distributed_job.py OUT [--devices D] [--processes P --process-id I --port PORT]
-                              [--checkpoint DIR] [--kill-at EPOCH]
+                              [--checkpoint DIR] [--kill-at EPOCH] [--seeds S] [--sequential]
 
-2 runs of `small_trainer` (4 epochs, chunks of 1) on D CPU devices per process; with P > 1
+S runs (default 2) of `small_trainer` (4 epochs, chunks of 1; `--sequential`: with
+TrainConfig.sequential_runs) on D CPU devices per process; with P > 1
 the processes join through jax.distributed on 127.0.0.1:PORT. `--kill-at` SIGKILLs the
 process after that epoch's checkpoint was handed to orbax. Process 0 writes OUT (.npz):
 the metrics, the actor's leaves, the epochs this process trained and the devices per run array.
@@ -23,6 +24,8 @@ parser.add_argument("--process-id", type=int, default=0)
 parser.add_argument("--port", type=int, default=0)
 parser.add_argument("--checkpoint", default=None)
 parser.add_argument("--kill-at", type=int, default=0)
+parser.add_argument("--seeds", type=int, default=2)
+parser.add_argument("--sequential", action="store_true")
 args = parser.parse_args()
 os.environ["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={args.devices}"  # before jax starts
 
@@ -40,6 +43,17 @@ from agents.test_trainer import small_trainer  # noqa: E402
 from jaxrace.agents import train_many  # noqa: E402
 
 trained = []
+loops = []  # with --sequential, how many devices each traced program's runs were split over (1: not split)
+if args.sequential:
+    from jaxrace.agents import runner  # noqa: E402
+
+    unspied = runner.over_runs
+
+    def over_runs(learner, fn, mesh=None):
+        loops.append(1 if mesh is None else mesh.size)
+        return unspied(learner, fn, mesh)
+
+    runner.over_runs = over_runs
 
 
 def progress(epoch, metrics):
@@ -49,11 +63,13 @@ def progress(epoch, metrics):
 
 
 print(f"devices {jax.device_count()}", flush=True)
-state, metrics, _ = train_many(small_trainer(), jax.random.key(0), [0], seeds_per_reward=2, chunk_epochs=1,
+state, metrics, _ = train_many(small_trainer(sequential_runs=args.sequential), jax.random.key(0), [0],
+                               seeds_per_reward=args.seeds, chunk_epochs=1,
                                checkpoint=args.checkpoint, progress=progress)
 actor = to_host(jax.tree.leaves(state.actor))
 metrics = to_host(metrics)
 if is_primary():
     np.savez(args.out, critic_loss=metrics.critic_loss, progress=metrics.progress, trained=np.asarray(trained),
              devices=len(jax.tree.leaves(state.actor)[0].sharding.device_set),
-             processes=jax.process_count(), **{f"actor_{i}": a for i, a in enumerate(actor)})
+             processes=jax.process_count(), loops=np.asarray(loops, np.int32),
+             **{f"actor_{i}": a for i, a in enumerate(actor)})

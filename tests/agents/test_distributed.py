@@ -100,6 +100,19 @@ def test_two_processes_train_as_one_process_with_two_devices(resumed, one_device
     assert (saved / "ocdbt.process_0").is_dir() and (saved / "ocdbt.process_1").is_dir()
 
 
+def test_runs_one_after_another_on_two_devices_train_as_vmapped_runs_on_one(trainer, tmp_path):
+    """TrainConfig.sequential_runs with 4 runs split over two devices: each device loops over its own
+    two (shard_map), and the runs train as the vmapped job of 4 runs on one device does."""
+    looped = run_job(tmp_path / "out.npz", "--sequential", "--seeds", "4", devices=2)
+    assert int(looped["devices"]) == 2 and looped["loops"].size >= 2 and set(looped["loops"].tolist()) == {2}
+    state, metrics, _ = train_many(trainer, jax.random.key(0), [0], seeds_per_reward=4, chunk_epochs=1)
+    assert not np.allclose(metrics.progress[0], metrics.progress[2])  # the second device's runs are others
+    np.testing.assert_allclose(looped["critic_loss"], metrics.critic_loss, rtol=1e-4)
+    np.testing.assert_allclose(looped["progress"], metrics.progress, rtol=1e-5)
+    for a, b in zip(actor_leaves(looped), jax.tree.leaves(state.actor), strict=True):
+        np.testing.assert_allclose(a, np.asarray(b), rtol=1e-3, atol=1e-5)
+
+
 def test_a_save_torn_by_a_kill_is_ignored_and_removed(tmp_path):
     ckpt = save_checkpoint(tmp_path / "ckpt", {"a": np.arange(3.0, dtype=np.float32)}, 2)
     torn = ckpt / "4.orbax-checkpoint-tmp-1700000000"

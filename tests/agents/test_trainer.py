@@ -32,10 +32,10 @@ def small_setup():
     return env, params, bank
 
 
-def small_trainer(setup=None):
+def small_trainer(setup=None, sequential_runs: bool = False):
     env, params, bank = setup or small_setup()
     config = TrainConfig(num_envs=4, rollout_steps=4, updates_per_epoch=2, batch_size=16, replay_size=2000,
-                         warmup_epochs=1, epochs=4)
+                         warmup_epochs=1, epochs=4, sequential_runs=sequential_runs)
     return make_train(config, env, params, bank)
 
 
@@ -71,7 +71,7 @@ def test_vmapped_runs_differ_by_seed_and_match_the_unvmapped_run(trainer):
 
 def test_sequential_runs_train_the_runs_the_vmapped_job_trains(setup, trainer):
     """TrainConfig(sequential_runs=True): each program loops over the runs (lax.map) instead of
-    vmapping them, and trains the same runs to rounding; a job spread over devices is refused."""
+    vmapping them, and trains the same runs to rounding (test_distributed: on two devices)."""
     env, params, bank = setup
     vmapped, v_metrics, _ = train_many(trainer, jax.random.key(1), [0, 0], chunk_epochs=2)  # the pinned job
     sequential = make_train(dataclasses.replace(trainer.config, sequential_runs=True), env, params, bank)
@@ -80,8 +80,6 @@ def test_sequential_runs_train_the_runs_the_vmapped_job_trains(setup, trainer):
                     jax.tree.leaves((looped.actor, looped.critic, l_metrics)), strict=True):
         np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-5)
     assert not np.allclose(v_metrics.progress[0], v_metrics.progress[1])  # two different runs, not one twice
-    with pytest.raises(ValueError, match="trains the runs one after another on one device"):
-        train_many(sequential, jax.random.key(1), [0, 0], chunk_epochs=2, devices=jax.devices()[:1] * 2)
 
 
 def test_a_loop_of_chunks_from_a_committed_init_state_compiles_once(trainer):
