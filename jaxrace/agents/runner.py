@@ -30,9 +30,13 @@ from jaxrace.agents.trainer import Learner, Metrics, Trainer
 from jaxrace.envs.parallel import env_sharding, shard_envs
 
 
-@functools.partial(jax.jit, static_argnums=(0,))
-def _init_runs(learner: Learner, keys, hparams):
-    return jax.vmap(learner.init)(keys, hparams)
+@functools.partial(jax.jit, static_argnums=(0,), static_argnames=("sharding",))
+def _init_runs(learner: Learner, keys, hparams, *, sharding: NamedSharding | None = None):
+    """`sharding`: the run axis split over devices. The state's leaves that do not depend on the
+    keys (the empty replay, the counters) would otherwise come out replicated: every device would
+    hold every run's replay, and the first chunk would compile again for the split state it returns."""
+    state = jax.vmap(learner.init)(keys, hparams)
+    return state if sharding is None else jax.lax.with_sharding_constraint(state, sharding)
 
 
 def over_runs(learner: Learner, fn, mesh: Mesh | None = None):
@@ -62,13 +66,13 @@ def runs_mesh(learner: Learner, run_sharding: NamedSharding, runs: int) -> Mesh 
 
 
 @functools.partial(jax.jit, static_argnums=(0, 4), static_argnames=("mesh",), donate_argnums=(1,))
-def _run_chunk(trainer: Trainer, state, hparams, reward_index, num_epochs: int, mesh: Mesh | None = None):
+def _run_chunk(trainer: Trainer, state, hparams, reward_index, num_epochs: int, *, mesh: Mesh | None = None):
     return over_runs(trainer.learner, lambda s, h, r: trainer.run_epochs(s, h, r, num_epochs), mesh)(
         state, hparams, reward_index)
 
 
 @functools.partial(jax.jit, static_argnums=(0,), static_argnames=("mesh",), donate_argnums=(1,))
-def _collect(learner: Learner, state, mesh: Mesh | None = None):
+def _collect(learner: Learner, state, *, mesh: Mesh | None = None):
     return over_runs(learner, learner.collect, mesh)(state)
 
 
@@ -78,22 +82,22 @@ def _label(trainer: Trainer, collected, reward_index, reward_params):
 
 
 @functools.partial(jax.jit, static_argnums=(0,), static_argnames=("mesh",), donate_argnums=(1,))
-def _learn(learner: Learner, state, hparams, collected, rewards, mesh: Mesh | None = None):
+def _learn(learner: Learner, state, hparams, collected, rewards, *, mesh: Mesh | None = None):
     return over_runs(learner, learner.learn, mesh)(state, hparams, collected, rewards)
 
 
 @functools.partial(jax.jit, static_argnums=(0,), static_argnames=("mesh",), donate_argnums=(1,))
-def _store(learner: Learner, state, collected, rewards, mesh: Mesh | None = None):
+def _store(learner: Learner, state, collected, rewards, *, mesh: Mesh | None = None):
     return over_runs(learner, learner.store, mesh)(state, collected, rewards)
 
 
 @functools.partial(jax.jit, static_argnums=(0,), static_argnames=("mesh",), donate_argnums=(1,))
-def _update(learner: Learner, state, hparams, mesh: Mesh | None = None):
+def _update(learner: Learner, state, hparams, *, mesh: Mesh | None = None):
     return over_runs(learner, learner.update, mesh)(state, hparams)
 
 
 @functools.partial(jax.jit, static_argnums=(0,), static_argnames=("mesh",), donate_argnums=(1,))
-def _finish(learner: Learner, state, collected, rewards, losses, mesh: Mesh | None = None):
+def _finish(learner: Learner, state, collected, rewards, losses, *, mesh: Mesh | None = None):
     """losses: (critic, actor) f32[R, U], or None during warm-up (no updates: reported as 0)."""
     def one(s, c, r, ls):
         ls = (jnp.zeros(learner.config.updates_per_epoch),) * 2 if ls is None else ls
@@ -102,7 +106,7 @@ def _finish(learner: Learner, state, collected, rewards, losses, mesh: Mesh | No
     return over_runs(learner, one, mesh)(state, collected, rewards, losses)
 
 
-def _host_learn(learner: Learner, state, hparams, collected, rewards, epoch: int, mesh: Mesh | None):
+def _host_learn(learner: Learner, state, hparams, collected, rewards, epoch: int, mesh: Mesh | None = None):
     """`learn` with each update its own call (`TrainConfig.host_updates`); none during warm-up."""
     state = _store(learner, state, collected, rewards, mesh=mesh)
     losses = None
@@ -254,6 +258,7 @@ def train_many(trainer: Trainer, key: jax.Array, reward_indices, seeds_per_rewar
     if epochs % chunk:
         raise ValueError(f"chunk_epochs ({chunk}) must divide epochs ({epochs})")
     run_sharding = env_sharding(devices, axis_name="runs")
+    split = run_sharding if run_sharding.mesh.size > 1 and runs % run_sharding.mesh.size == 0 else None  # (shard_envs)
     mesh = runs_mesh(trainer.learner, run_sharding, runs)
     local = jax.process_count() > 1 and run_sharding.is_fully_addressable
     if jax.process_count() > 1 and not local and runs % run_sharding.mesh.size:
@@ -262,7 +267,7 @@ def train_many(trainer: Trainer, key: jax.Array, reward_indices, seeds_per_rewar
     if jax.process_count() == 1:  # (asking another process's device for its memory stalled a 2-process job)
         check_job_fits(trainer.learner, keys, hparams.replace(reward_params=None), run_sharding.mesh.devices.flatten())
     keys, hparams, reward_index = shard_envs((keys, hparams, reward_index), run_sharding, strict=False)
-    state = committed(_init_runs(trainer.learner, keys, hparams.replace(reward_params=None)))
+    state = committed(_init_runs(trainer.learner, keys, hparams.replace(reward_params=None), sharding=split))
     if keep is not None:
         keep.start(state.policy_actor, updates=len(range(0, epochs, chunk)))
     if fused and trainer.config.host_updates:

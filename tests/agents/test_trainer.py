@@ -32,10 +32,11 @@ def small_setup():
     return env, params, bank
 
 
-def small_trainer(setup=None, sequential_runs: bool = False):
+def small_trainer(setup=None, **options):
+    """options: more TrainConfig fields (`sequential_runs`, `host_updates`)."""
     env, params, bank = setup or small_setup()
     config = TrainConfig(num_envs=4, rollout_steps=4, updates_per_epoch=2, batch_size=16, replay_size=2000,
-                         warmup_epochs=1, epochs=4, sequential_runs=sequential_runs)
+                         warmup_epochs=1, epochs=4, **options)
     return make_train(config, env, params, bank)
 
 
