@@ -43,7 +43,7 @@ def over_runs(learner: Learner, fn, mesh: Mesh | None = None):
     """`fn` over the leading run axis of its arguments: vmapped, or with
     `TrainConfig.sequential_runs` one run after another, unrolled (a scan with no loop left:
     XLA:CPU differentiates a convolution inside a loop an order of magnitude slower). `mesh`
-    (`runs_mesh`): the run axis is split over its devices, and each loops over its own share."""
+    (train_many's, when the runs are split over several devices): each device loops over its own share."""
     if not learner.config.sequential_runs:
         return jax.vmap(fn)
 
@@ -56,13 +56,6 @@ def over_runs(learner: Learner, fn, mesh: Mesh | None = None):
         return one_after_another
     runs = P(mesh.axis_names[0])  # a prefix of every argument and result: the run axis first, split
     return jax.shard_map(one_after_another, mesh=mesh, in_specs=runs, out_specs=runs, check_vma=False)
-
-
-def runs_mesh(learner: Learner, run_sharding: NamedSharding, runs: int) -> Mesh | None:
-    """The mesh whose devices each loop over their share of the R runs (`TrainConfig.sequential_runs`
-    with the runs split over several devices), or None: vmapped runs (GSPMD splits those), or one device."""
-    mesh = run_sharding.mesh
-    return mesh if learner.config.sequential_runs and mesh.size > 1 and runs % mesh.size == 0 else None
 
 
 @functools.partial(jax.jit, static_argnums=(0, 4), static_argnames=("mesh",), donate_argnums=(1,))
@@ -127,7 +120,7 @@ def split_epochs(trainer: Trainer, state, hparams, reward_index, num_epochs: int
     returns (state, Metrics [R, num_epochs]). The weights go to `label` alone: their width
     (the bank's most PARAMS) must not reach the bank-free programs' shapes. `first_epoch`
     (the epochs done before) tells the host loop of `TrainConfig.host_updates` when
-    warm-up ends. `mesh` (`runs_mesh`): the devices that each loop over their share of the runs.
+    warm-up ends. `mesh`: the devices that each loop over their share of the runs (as in `over_runs`).
     """
     reward_params = _reward_params(trainer, hparams, reward_index)
     hparams = hparams.replace(reward_params=None)
@@ -259,7 +252,7 @@ def train_many(trainer: Trainer, key: jax.Array, reward_indices, seeds_per_rewar
         raise ValueError(f"chunk_epochs ({chunk}) must divide epochs ({epochs})")
     run_sharding = env_sharding(devices, axis_name="runs")
     split = run_sharding if run_sharding.mesh.size > 1 and runs % run_sharding.mesh.size == 0 else None  # (shard_envs)
-    mesh = runs_mesh(trainer.learner, run_sharding, runs)
+    mesh = split.mesh if split is not None and trainer.config.sequential_runs else None  # (GSPMD splits vmapped runs)
     local = jax.process_count() > 1 and run_sharding.is_fully_addressable
     if jax.process_count() > 1 and not local and runs % run_sharding.mesh.size:
         raise ValueError(f"{runs} runs cannot be split over the {run_sharding.mesh.size} devices of "

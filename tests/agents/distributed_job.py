@@ -47,10 +47,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from agents.test_trainer import small_trainer  # noqa: E402
 
 from jaxrace.agents import runner, train_many  # noqa: E402
-from jaxrace.envs.parallel import env_sharding  # noqa: E402
 
 trained = []
-loops = []  # with --sequential, how many devices each traced program's runs were split over (1: not split)
+meshes = []  # with --sequential, the mesh each traced program's runs were split over (None: not split)
 PROGRAMS = ("_init_runs", "_collect", "_label", "_store", "_update", "_finish")  # train_many's, with host_updates
 compiles = collections.Counter()
 
@@ -69,7 +68,7 @@ if args.sequential:
     unspied = runner.over_runs
 
     def over_runs(learner, fn, mesh=None):
-        loops.append(1 if mesh is None else mesh.size)
+        meshes.append(mesh)
         return unspied(learner, fn, mesh)
 
     runner.over_runs = over_runs
@@ -87,8 +86,9 @@ state, metrics, _ = train_many(trainer, jax.random.key(0), [0], seeds_per_reward
                                checkpoint=args.checkpoint, progress=progress)
 sequential = {}
 if args.sequential:
-    mesh = runner.runs_mesh(trainer.learner, env_sharding(axis_name="runs"), args.seeds)
-    sequential = dict(loops=np.asarray(loops, np.int32), compiles=np.asarray([compiles[p] for p in PROGRAMS]),
+    mesh = meshes[0]
+    sequential = dict(loops=np.asarray([1 if m is None else m.size for m in meshes], np.int32),
+                      compiles=np.asarray([compiles[p] for p in PROGRAMS]),
                       shard_map="shard_map" in str(jax.make_jaxpr(
                           lambda s: runner._collect(trainer.learner, s, mesh=mesh))(state)))
 actor = to_host(jax.tree.leaves(state.actor))
