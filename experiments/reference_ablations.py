@@ -107,6 +107,10 @@ ABLATIONS = (
         "gp-E-envs32-avg-ent4-seed{}", "gp-E-envs32-avg-rerun-avx2-seed{}", (2, 3, 1)),
              "re-read on the same CPU: places, contacts and course-outs better on 2 seeds of 3 each, "
              "time-trial outs on all 3: a candidate"),
+    Ablation("target entropy -4 (against -2), BrandsHatch", "policy averaging 3e-4, on the first runs' CPU (AVX-512)",
+             _seeds("brands-E-envs32-avg-ent4-avx512-seed{}", "brands-E-envs32-avg-seed{}", (1, 2)),
+             "dropped: about one fewer at-fault contact per race on both seeds, but more course-outs and "
+             "time-trial outs on both, kept targets 1 vs 3"),
     Ablation("discount 0.98 (against 0.99)", RERUN, _seeds(
         "gp-E-envs32-avg-disc098-seed{}", "gp-E-envs32-avg-rerun-avx2-seed{}", (2, 3)),
              "re-read on the same CPU: seed 3 better in every column, seed 2 mixed"),
