@@ -107,7 +107,8 @@ ABLATIONS = (
         "gp-E-envs32-avg-ent4-seed{}", "gp-E-envs32-avg-rerun-avx2-seed{}", (2, 3, 1)),
              "re-read on the same CPU: places, contacts and course-outs better on 2 seeds of 3 each, "
              "time-trial outs on all 3: a candidate"),
-    Ablation("target entropy -4 (against -2), BrandsHatch", "policy averaging 3e-4, on the first runs' CPU (AVX-512)",
+    Ablation("target entropy -4 (against -2), BrandsHatch",
+             "policy averaging 3e-4, on an AVX-512 CPU as the first runs",
              _seeds("brands-E-envs32-avg-ent4-avx512-seed{}", "brands-E-envs32-avg-seed{}", (1, 2)),
              "dropped: about one fewer at-fault contact per race on both seeds, but more course-outs and "
              "time-trial outs on both, kept targets 1 vs 3"),
