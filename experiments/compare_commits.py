@@ -1,6 +1,6 @@
 """Two commits side by side: env step and training epoch (or reward compiles), in interleaved rounds.
 
-Usage: python experiments/compare_commits.py BASE [HEAD] [--rounds 3] [--what train|compile] [--tag TAG]
+Usage: python experiments/compare_commits.py BASE [HEAD] [--rounds 3] [--what train|compile|loop] [--tag TAG]
 
 Each commit is checked out in a temporary git worktree and measured in fresh
 processes that import that worktree's jaxrace (PYTHONPATH first), alternating
@@ -13,6 +13,11 @@ that a refactor changed no speed beyond noise.
 With `--what compile`: `compile_reward` on 16 distinct offline proposals, one at a
 time (the first call also starts the sandbox worker), the median seconds per program
 (results/compare_commits-compile.json).
+With `--what loop`: the tests' tiny loop (tests/design/test_loop.py's config, `jaxrace design`
+in a subprocess) into a fresh compilation cache, then again on the same cache as a rerun
+or resumed run (and the loop tests after the first) does; wall seconds of each and the
+warm run's seconds compiling (its log, summed over stages)
+(results/compare_commits-loop.json).
 """
 
 from __future__ import annotations
@@ -108,6 +113,30 @@ out["per_program_s"] = statistics.median(times)
 print("RESULT " + json.dumps(out))
 """
 
+LOOP_SNIPPET = r"""
+import json, os, re, subprocess, sys, tempfile, time
+import jaxrace
+out = {"file": jaxrace.__file__}
+tiny = re.search(r'TINY = "{3}(.*?)"{3}', open("tests/design/test_loop.py").read(), re.S).group(1)
+with tempfile.TemporaryDirectory() as tmp:
+    config = os.path.join(tmp, "tiny.toml")
+    open(config, "w").write(tiny)
+    env = {**os.environ, "JAXRACE_CACHE_DIR": os.path.join(tmp, "cache")}
+    for name in ("cold", "warm"):
+        run = os.path.join(tmp, name)
+        t0 = time.perf_counter()
+        subprocess.run([sys.executable, "-m", "jaxrace.cli", "design", "--config", config, "--run-dir", run,
+                        "--quiet"], env=env, check=True, capture_output=True)
+        out[name + "_s"] = time.perf_counter() - t0
+    log = open(os.path.join(tmp, "warm", "log.txt")).read()
+    out["warm_compiling_s"] = sum(float(x) for x in re.findall(r"\(([\d.]+) s compiling\)", log))
+print("RESULT " + json.dumps(out))
+"""
+
+LOOP_METRICS = (("cold_s", "tiny loop, fresh compilation cache", "s"),
+                ("warm_s", "tiny loop again, the same cache", "s"),
+                ("warm_compiling_s", "tiny loop again: stages' seconds compiling", "s"))
+
 COMPILE_METRICS = (("per_program_s", "compile_reward, median over 16 programs", "s"),
                    ("first_s", "compile_reward, first call (worker start included)", "s"))
 
@@ -134,13 +163,14 @@ def main() -> None:
     parser.add_argument("base")
     parser.add_argument("head", nargs="?", default="HEAD")
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--what", choices=("train", "compile"), default="train")
+    parser.add_argument("--what", choices=("train", "compile", "loop"), default="train")
     parser.add_argument("--tag", default=None,
-                        help="results go to results/compare_commits[-compile]-<tag>.json (keeps earlier results)")
+                        help="results go to results/compare_commits[-compile|-loop]-<tag>.json (keeps earlier results)")
     args = parser.parse_args()
     if args.tag is not None and not args.tag.replace("-", "").replace("_", "").isalnum():
         parser.error(f"--tag {args.tag!r}: letters, digits, '-' and '_' only (it names a results file)")
-    snippet, metrics = (SNIPPET, METRICS) if args.what == "train" else (COMPILE_SNIPPET, COMPILE_METRICS)
+    snippet, metrics = {"train": (SNIPPET, METRICS), "compile": (COMPILE_SNIPPET, COMPILE_METRICS),
+                        "loop": (LOOP_SNIPPET, LOOP_METRICS)}[args.what]
     revs = {}
     with tempfile.TemporaryDirectory() as tmp:
         trees = {}
@@ -171,7 +201,7 @@ def main() -> None:
                  {"name": f"{label}: {revs['head']} / {revs['base']}", "value": round(head / base, 3), "unit": "x"}]
     print()
     print_table([f"median of {args.rounds} rounds", f"base {revs['base']}", f"head {revs['head']}", "change"], table)
-    script = __file__ if args.what == "train" else __file__.replace(".py", "-compile.py")
+    script = __file__ if args.what == "train" else __file__.replace(".py", f"-{args.what}.py")
     if args.tag:
         script = script.replace(".py", f"-{args.tag}.py")
     print(f"wrote {write_results(script, rows)}")

@@ -13,9 +13,10 @@ import functools
 from typing import NamedTuple
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
-from jaxrace.envs.rollouts import count_onsets, onset_steps, race_record, summarise, trajectory_with_actions
+from jaxrace.envs.rollouts import count_onsets, onset_steps, race_record, summarise
 
 
 @dataclasses.dataclass
@@ -96,14 +97,35 @@ def mean_action_change(actions, finished) -> tuple[float, float] | None:
 
 @functools.partial(jax.jit, static_argnums=(0, 1, 5, 6))
 def _races(learner, env, actor_params, params, keys, num_steps: int, params_per_race: bool):
-    """Jitted once per (learner, env, shapes, num_steps): evaluation can run every chunk, and every bank."""
-    def one(actor, race_params, race_key):
-        return trajectory_with_actions(env, race_params, race_key, num_steps,
-                                       policy=lambda carry, obs: learner.policy(actor, carry, obs),
-                                       policy_carry=learner.initial_carry())
+    """Jitted once per (learner, env, shapes, num_steps): evaluation can run every chunk, and every bank.
 
-    races = jax.vmap(one, in_axes=(None, 0 if params_per_race else None, 0))
-    return jax.vmap(lambda actor: races(actor, params, keys))(actor_params)
+    One scan over the steps of every run's races (the step vmapped over runs and races), not a scan
+    vmapped twice: the same batched step, traced in about half the time (each vmap of a scan
+    batches its body again). Race i of every run starts from the same reset and uses the same keys.
+    """
+    runs = jax.tree.leaves(actor_params)[0].shape[0]
+    p_axis = 0 if params_per_race else None
+
+    def over_runs_and_races(fn, *, runs_axes, races_axes):
+        return jax.vmap(jax.vmap(fn, in_axes=races_axes), in_axes=runs_axes)
+
+    obs, state = jax.vmap(env.reset, in_axes=(0, p_axis))(keys, params)  # [races, ...]
+    obs, state = jax.tree.map(lambda x: jnp.broadcast_to(x, (runs, *x.shape)), (obs, state))
+    carry = jax.tree.map(lambda x: jnp.broadcast_to(x, (runs, keys.shape[0], *x.shape)), learner.initial_carry())
+    step_keys = jnp.moveaxis(jax.vmap(lambda k: jax.random.split(k, num_steps))(keys), 1, 0)  # [T, races]
+    policy = over_runs_and_races(learner.policy, runs_axes=(0, 0, 0), races_axes=(None, 0, 0))
+    step = over_runs_and_races(env.step_env, runs_axes=(None, 0, 0, None), races_axes=(0, 0, 0, p_axis))
+
+    def body(carry, race_keys):
+        obs, state, memory = carry
+        memory, action = policy(actor_params, memory, obs)
+        obs, state, *_ = step(race_keys, state, action, params)
+        return (obs, state, memory), (state, jnp.asarray(action, jnp.float32))
+
+    _, (states, actions) = jax.lax.scan(body, (obs, state, carry), step_keys)
+    states = jax.tree.map(lambda first, rest: jnp.concatenate([first[:, :, None], jnp.moveaxis(rest, 0, 2)], axis=2),
+                          state, states)
+    return states, jnp.moveaxis(actions, 0, 2)
 
 
 class Evaluation(NamedTuple):
