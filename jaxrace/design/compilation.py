@@ -41,8 +41,8 @@ def enable_compile_cache() -> Path | None:
     """Points JAX's persistent cache at `cache_dir()` (every compiled program is kept); returns it.
 
     Small programs too: a run's host side (metrics, clips, videos) compiles some 470 of them,
-    50-80 ms each on 2 cores, and loading them back made a warm rerun of the tests' tiny loop
-    take 47 s instead of 60 (experiments/README.md, "Compile time in the tests")."""
+    50-80 ms each on 2 cores, and loading them back makes a warm rerun of the tests' tiny loop
+    quicker (`experiments/compare_commits.py --what loop`)."""
     path = cache_dir()
     if path is None:
         return None

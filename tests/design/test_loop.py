@@ -1,5 +1,9 @@
 """The reward-design loop end to end on a tiny config, through the command line, offline.
 
+The config trains as many runs in each iteration as the final job does (3) and races the final
+job's selection races once, as the final races: the final job then reuses the iterations'
+compiled programs instead of compiling its own, as a user's run whose N is 3 does.
+
 One uninterrupted run is shared by the tests; a second run replays the first one's LLM
 record (`--llm replay`), is killed (SIGKILL) in the middle of training and in the middle of
 racing, resumed with the same command, and must end with the same results. Runs share a
@@ -18,8 +22,8 @@ import pytest
 
 TINY = """
 iterations = 2
-m = 3
-n = 2
+m = 4
+n = 3
 epochs = 20
 chunk_epochs = 10
 final_epochs = 20
@@ -30,6 +34,7 @@ num_envs = 8
 opponents = 2
 eval_races = 1
 final_races = 1
+select_races = 1
 clip_seconds = 5.0
 clips_per_race = 2
 bootstrap_races = 4
@@ -62,26 +67,26 @@ def test_every_stage_writes_its_files(finished):
     for k in (1, 2):
         d = run / f"iter{k}"
         candidates = json.loads((d / "candidates.json").read_text())
-        assert len(candidates) == 3
+        assert len(candidates) == 4
         for c in candidates:
             assert (d / "candidates" / f"{c['name']}.py").read_text().startswith('"""Offline proposal')
             assert (d / "candidates" / f"{c['name']}.jaxreward").stat().st_size > 0
         selected = json.loads((d / "select.json").read_text())
-        assert len(selected["selected"]) == 2 and selected["labelled_preferences"] >= 5
+        assert len(selected["selected"]) == 3 and selected["labelled_preferences"] >= 5
         assert set(selected["tac"]) == {c["name"] for c in candidates}  # TAC ran: the bootstrap filled the store
         curves = json.loads((d / "train" / "curves.json").read_text())
-        assert len(curves["runs"]) == 2 and len(curves["progress"][0]) == 20
+        assert len(curves["runs"]) == 3 and len(curves["progress"][0]) == 20
         assert (d / "train" / "agents" / "20").is_dir() and not (d / "train" / "job.ckpt").exists()
         rank = json.loads((d / "rank.json").read_text())
-        assert rank["best"] in selected["selected"] and len(rank["scores"]) == 2
+        assert rank["best"] in selected["selected"] and len(rank["scores"]) == 3
         feedback = (d / "feedback.txt").read_text()
-        assert feedback.startswith(f"Iteration {k}: 2 candidates were trained and raced")
+        assert feedback.startswith(f"Iteration {k}: 3 candidates were trained and raced")
         assert f"### The best program: {rank['best']}\n```python\n" in feedback
         attempts = json.loads((d / "attempts.json").read_text())
-        assert [a["stage"] for a in attempts["attempts"]] == ["ok"] * (3 if k == 1 else 2)
+        assert [a["stage"] for a in attempts["attempts"]] == ["ok"] * (4 if k == 1 else 3)
         assert attempts["stopped"] is None and attempts["tokens"] > 0
         videos = list((d / "videos").iterdir())
-        assert len(videos) == 2 and all(v.stat().st_size > 1000 for v in videos)
+        assert len(videos) == 3 and all(v.stat().st_size > 1000 for v in videos)
     # Iteration 2 carries iteration 1's best over and mutates it.
     best = json.loads((run / "iter1" / "rank.json").read_text())["best"]
     carried = json.loads((run / "iter2" / "candidates.json").read_text())[0]
@@ -89,10 +94,10 @@ def test_every_stage_writes_its_files(finished):
     # Every request and reply is recorded; iteration 2's prompts hold iteration 1's feedback, and the
     # offline proposer mutates the best programs it finds there.
     record = [json.loads(line) for line in (run / "llm" / "record.jsonl").read_text().splitlines()]
-    assert [r["stage"] for r in record] == ["iter1/generate"] * 3 + ["iter2/generate"] * 2
+    assert [r["stage"] for r in record] == ["iter1/generate"] * 4 + ["iter2/generate"] * 3
     iter1_feedback = (run / "iter1" / "feedback.txt").read_text()
-    assert all(iter1_feedback in r["request"]["messages"][1]["content"] for r in record[3:])
-    assert sum("a mutation of" in r["reply"]["text"] for r in record[3:]) == 1
+    assert all(iter1_feedback in r["request"]["messages"][1]["content"] for r in record[4:])
+    assert sum("a mutation of" in r["reply"]["text"] for r in record[4:]) == 1
     final = json.loads((run / "final" / "race" / "metrics.json").read_text())
     winner = json.loads((run / "iter2" / "rank.json").read_text())["best"]
     assert [r["candidate"] for r in final["runs"]] == [winner, "progress", "gt_sophy"]
@@ -127,11 +132,11 @@ def test_every_stage_writes_its_files(finished):
 
 def test_the_store_holds_every_clip_and_verdict(finished):
     db = sqlite3.connect(finished / "preferences.sqlite")
-    # Bootstrap: 4 races x 2 clip slots; each iteration: 2 runs x 1 race x 2 slots.
-    assert db.execute("SELECT iteration, COUNT(*) FROM clips GROUP BY iteration").fetchall() == [(0, 8), (1, 4), (2, 4)]
-    # Bootstrap: C(4, 2) pairs x 2 slots; each iteration: 1 pair x 1 race x 2 slots.
+    # Bootstrap: 4 races x 2 clip slots; each iteration: 3 runs x 1 race x 2 slots.
+    assert db.execute("SELECT iteration, COUNT(*) FROM clips GROUP BY iteration").fetchall() == [(0, 8), (1, 6), (2, 6)]
+    # Bootstrap: C(4, 2) pairs x 2 slots; each iteration: C(3, 2) pairs x 1 race x 2 slots.
     assert db.execute("SELECT iteration, COUNT(*) FROM preferences GROUP BY iteration").fetchall() == \
-        [(0, 12), (1, 2), (2, 2)]
+        [(0, 12), (1, 6), (2, 6)]
     assert {r[0] for r in db.execute("SELECT judge_kind FROM preferences")} == {"scripted"}
     assert db.execute("SELECT COUNT(*) FROM feedback").fetchone()[0] == 2
 
@@ -198,4 +203,4 @@ def test_replayed_killed_twice_the_same_command_resumes_and_ends_the_same(setup,
     record = sorted((run / "llm" / "record.jsonl").read_text().splitlines())
     assert record == sorted((finished / "llm" / "record.jsonl").read_text().splitlines())
     db = sqlite3.connect(run / "preferences.sqlite")
-    assert db.execute("SELECT COUNT(*) FROM preferences").fetchone()[0] == 16  # nothing judged twice
+    assert db.execute("SELECT COUNT(*) FROM preferences").fetchone()[0] == 24  # nothing judged twice

@@ -21,11 +21,11 @@ def test_a_vlm_judge_on_an_openai_compatible_server(setup, fake_server):
     db = sqlite3.connect(run / "preferences.sqlite")
     assert {r[0] for r in db.execute("SELECT judge_kind FROM preferences")} == {"vlm"}
     videos = [r[0] for r in db.execute("SELECT video FROM clips")]
-    assert len(videos) == 12 and all((run / v).stat().st_size > 1000 for v in videos)  # 8 bootstrap + 4
+    assert len(videos) == 14 and all((run / v).stat().st_size > 1000 for v in videos)  # 8 bootstrap + 6
     record = [json.loads(line) for line in (run / "llm" / "record.jsonl").read_text().splitlines()]
     judged = [r for r in record if r["role"] == "judge"]
     # each clip described once, each pair decided in both orders
-    assert len(judged) == 12 + 2 * (12 + 2) and {r["stage"] for r in judged} == {"bootstrap/judge", "iter1/judge"}
+    assert len(judged) == 14 + 2 * (12 + 6) and {r["stage"] for r in judged} == {"bootstrap/judge", "iter1/judge"}
     assert len(fake_server.log()) == len(judged)
     stats = json.loads((run / "iter1" / "judge_stats.json").read_text())
-    assert stats["pairs"] == 14 and stats["skipped"] == 0 and stats["disagreements"] == 0
+    assert stats["pairs"] == 18 and stats["skipped"] == 0 and stats["disagreements"] == 0
