@@ -146,7 +146,7 @@ def test_pixels_are_stored_once_as_uint8_and_the_next_frame_is_the_next_step():
     stored = state.replay.experience
     assert stored.obs["pixels"].dtype == jnp.uint8 and "pixels" not in stored.next_obs
     batch = jax.tree.map(np.asarray, jax.jit(trainer.sample)(state.replay, jax.random.key(1)))
-    frames = np.asarray(jax.vmap(trainer.next_frames, in_axes=(0, None))(batch, jnp.arange(2)))
+    frames = np.asarray(jax.jit(jax.vmap(trainer.next_frames, in_axes=(0, None)))(batch, jnp.arange(2)))
     ended = batch.terminated[:, :2] | batch.truncated[:, :2]
     assert ended.any() and (~ended).any()
     for b, i in zip(*np.nonzero(~ended), strict=True):

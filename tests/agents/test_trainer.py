@@ -182,12 +182,18 @@ def test_a_short_training_chunk_is_bit_identical_to_the_pinned_one(trainer):
     assert got == want, f"training digest {got} != pinned {want}"
 
 
+@jax.jit
+def first_run(state):
+    """Run 0 of a vmapped state, in one program (eager indexing compiles one per leaf)."""
+    return jax.tree.map(lambda x: x[0], state)
+
+
 def assert_only_the_actor_update_changes(setup, trainer, **change):
     """One update from the same state, with and without a change of the actor's loss: the
     critics and the temperature move the same (their losses do not use it), the actor not."""
     env, params, bank = setup
     state, _, _ = train_many(trainer, jax.random.key(1), [0, 0], chunk_epochs=2)  # the pinned job: no compile
-    run = jax.tree.map(lambda x: x[0], state)
+    run = first_run(state)
     changed = make_train(dataclasses.replace(trainer.config, **change), env, params, bank)
     before, _ = jax.jit(trainer.learner.update)(run, HParams())
     after, _ = jax.jit(changed.learner.update)(run, HParams())
@@ -247,12 +253,12 @@ def test_policy_averaging_keeps_a_moving_average_of_the_actor(setup, trainer):
                                                                  strict=True))
     assert gap > 1e-4  # run 0's average lags its actor
     # One update at a time: average <- average + 0.25 (actor - average).
-    run = jax.tree.map(lambda x: x[0], state)
+    run = first_run(state)
     update = jax.jit(averaged.learner.update)
     for _ in range(2):
         before = run.average_actor
         run, _ = update(run, HParams())
-        expected = jax.tree.map(lambda a, m: m + 0.25 * (a - m), run.actor, before)
+        expected = jax.tree.map(lambda a, m: np.asarray(m) + 0.25 * (np.asarray(a) - np.asarray(m)), run.actor, before)
         for got, want in zip(jax.tree.leaves(run.average_actor), jax.tree.leaves(expected), strict=True):
             np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-7)
     with pytest.raises(ValueError, match=r"actor_average must be in \[0, 1\)"):
@@ -394,7 +400,7 @@ def test_race_metrics_place_each_incident_where_and_when_it_began():
     assert kinds == ["at_fault", "course_out", "wall", "wall"]
     assert (kinds.count("at_fault"), kinds.count("course_out"), kinds.count("wall")) == (
         result.collisions_at_fault, result.course_outs, result.wall_hits)
-    record = jax.vmap(lambda s: race_record(s, params))(states)
+    record = jax.jit(jax.vmap(lambda s: race_record(s, params)))(states)
     flags = {"at_fault": record.hit_other_from_behind, "course_out": record.off_course, "wall": record.wall_contact}
     for i in result.incidents:
         t = int(np.argmin(np.abs(np.asarray(states.time) - i["time"])))
@@ -407,7 +413,7 @@ def test_race_metrics_place_each_incident_where_and_when_it_began():
 def test_hparams_can_differ_per_run_and_bad_lengths_are_rejected(trainer):
     sweep = HParams(critic_lr=jnp.array([3e-4, 0.0]))  # run 1's critic never moves
     state, _, _ = train_many(trainer, jax.random.key(7), [0], seeds_per_reward=2, hparams=sweep, chunk_epochs=2)
-    fresh = jax.vmap(trainer.init, in_axes=(0, None, 0))(jax.random.split(jax.random.key(7), 2), HParams(),
+    fresh = jax.jit(jax.vmap(trainer.init, in_axes=(0, None, 0)))(jax.random.split(jax.random.key(7), 2), HParams(),
                                                           jnp.zeros(2, jnp.int32))
     first = jax.tree.leaves(state.critic)[0]
     init_first = jax.tree.leaves(fresh.critic)[0]

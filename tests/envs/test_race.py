@@ -28,12 +28,12 @@ def _set_cars(state, **fields):
 
 def test_shapes_and_dtypes(grid):
     env, params = grid
-    obs, state = env.reset(jax.random.key(0), params)
+    obs, state = jax.jit(env.reset)(jax.random.key(0), params)
     assert set(obs) == {"proprio", "privileged"}
     for name, shape in env.observation_shapes().items():
         assert obs[name].shape == shape and obs[name].dtype == jnp.float32
     assert obs["privileged"].shape == (4 * 30 + 5 * 6,)
-    obs, state, reward, term, trunc, info = env.step(jax.random.key(1), state, jnp.zeros(2), params)
+    obs, state, reward, term, trunc, info = jax.jit(env.step)(jax.random.key(1), state, jnp.zeros(2), params)
     assert reward.shape == () and reward.dtype == jnp.float32
     assert term.dtype == jnp.bool_ and trunc.dtype == jnp.bool_
     view = info["view"]
@@ -51,7 +51,7 @@ def test_shapes_and_dtypes(grid):
 def test_step_compiles_once(grid):
     env, params = grid
     step = jax.jit(chex.assert_max_traces(env.step, n=1))
-    obs, state = env.reset(jax.random.key(0), params)
+    obs, state = jax.jit(env.reset)(jax.random.key(0), params)
     for i in range(4):
         action = jnp.array([0.1 * i, 1.0 - 0.3 * i])
         obs, state, *_ = step(jax.random.key(i), state, action, params)
@@ -173,7 +173,7 @@ def test_random_starts_can_start_on_the_grid():
     reset = jax.jit(jax.vmap(env.reset, in_axes=(0, None)))
     keys = jax.random.split(jax.random.key(4), 400)
     _, always = reset(keys[:8], params.replace(grid_start_prob=jnp.float32(1.0)))
-    _, grid = grid_env.reset(jax.random.key(0), grid_params)
+    _, grid = jax.jit(grid_env.reset)(jax.random.key(0), grid_params)
     for name in ("progress", "arc", "lateral", "lap_origin"):
         for s in range(8):
             np.testing.assert_array_equal(np.asarray(getattr(always.cars, name)[s]),
@@ -217,7 +217,7 @@ def test_offtrack_starts_put_the_ego_car_on_the_run_off_and_end_only_when_it_lea
     assert 0.18 < np.asarray(mixed.view.off_course).mean() < 0.32  # 100 expected of 400
 
     step = jax.jit(env.step)
-    _, state = env.reset(jax.random.key(3), off_params)
+    _, state = jax.jit(env.reset)(jax.random.key(3), off_params)
     assert bool(state.view.off_course)
     for _ in range(10):  # standing on the brakes off the course: no course-out, the episode goes on
         _, state, _, terminated, _, info = step(jax.random.key(0), state, jnp.array([0.0, -1.0]), off_params)
@@ -247,7 +247,7 @@ def test_grid_starts_leave_the_other_starts_slots_uniform():
 def test_opponents_in_the_track_frame_on_the_grid():
     """opponent_frame="track": gap along / 25 m, lateral gap / 4 m, speed differences, presence."""
     env, params = jaxrace.make(track="club", num_opponents=7, start="grid_back", opponent_frame="track")
-    obs, state = env.reset(jax.random.key(0), params)
+    obs, state = jax.jit(env.reset)(jax.random.key(0), params)
     slots = np.asarray(obs["privileged"][4 * 30:]).reshape(6, 5)
     side = 2 * float(state.cars.lateral[1]) / 4.0  # the columns sit at +-lateral[1]
     # Nearest first: 8 m ahead in the other column, then 16 m ahead in ours, 24 m in the other...
@@ -255,13 +255,13 @@ def test_opponents_in_the_track_frame_on_the_grid():
     np.testing.assert_array_equal(slots[:, 2:4], 0.0)  # standing
     np.testing.assert_array_equal(slots[:, 4], 1.0)
     # With two opponents taking part the other slots are empty (zeros).
-    obs, _ = env.reset(jax.random.key(0), params.replace(num_active_opponents=jnp.int32(2)))
+    obs, _ = jax.jit(env.reset)(jax.random.key(0), params.replace(num_active_opponents=jnp.int32(2)))
     slots = np.asarray(obs["privileged"][4 * 30:]).reshape(6, 5)
     np.testing.assert_allclose(slots[:2, 0], [8 / 25, 16 / 25], atol=1e-5)
     np.testing.assert_array_equal(slots[2:], 0.0)
     # Far cars saturate at 4 (100 m) instead of growing with the distance.
     env, params = jaxrace.make(track="club", num_opponents=7, start="random", opponent_frame="track")
-    obs, _ = jax.vmap(env.reset, in_axes=(0, None))(jax.random.split(jax.random.key(1), 8), params)
+    obs, _ = jax.jit(jax.vmap(env.reset, in_axes=(0, None)))(jax.random.split(jax.random.key(1), 8), params)
     along = np.asarray(obs["privileged"][:, 4 * 30:]).reshape(8, 6, 5)[..., 0]
     assert np.abs(along).max() == 4.0
 
@@ -273,7 +273,7 @@ def test_opponent_accel_adds_each_slots_brake_lights():
         env, _ = jaxrace.make(track="club", num_opponents=7, start="random", opponent_frame=frame,
                               opponent_accel=True)
         assert env.observation_shapes()["privileged"] == (4 * 30 + 6 * 6,)
-        _, state = env.reset(jax.random.key(0), params)
+        _, state = jax.jit(env.reset)(jax.random.key(0), params)
         step = jax.jit(env.step)
         for _ in range(12):  # cars at random places and speeds: some brake, some accelerate
             obs, state, *_ = step(jax.random.key(1), state, jnp.array([0.0, 0.3]), params)
@@ -300,13 +300,13 @@ def test_opponent_accel_adds_each_slots_brake_lights():
 
 def test_grid_start_puts_the_ego_car_at_the_back(grid):
     env, params = grid
-    _, state = env.reset(jax.random.key(0), params)
+    _, state = jax.jit(env.reset)(jax.random.key(0), params)
     assert int(state.view.rank) == 8 and int(state.view.start_rank) == 8
     assert float(state.cars.progress[0]) == float(jnp.min(state.cars.progress))
     assert float(state.view.gap_behind) == NO_GAP
     np.testing.assert_allclose(float(state.view.gap_ahead), 8.0)
     # With fewer active opponents the ego car still starts last, right behind them.
-    _, state = env.reset(jax.random.key(0), params.replace(num_active_opponents=jnp.int32(3)))
+    _, state = jax.jit(env.reset)(jax.random.key(0), params.replace(num_active_opponents=jnp.int32(3)))
     assert int(state.view.rank) == 4 and int(state.view.num_cars) == 4
 
 
@@ -332,7 +332,7 @@ def test_thousand_step_smoke_of_256_envs_stays_finite(grid):
 
 def test_nan_and_out_of_range_actions_are_sanitised(solo):
     env, params = solo
-    _, state = env.reset(jax.random.key(0), params)
+    _, state = jax.jit(env.reset)(jax.random.key(0), params)
     step = jax.jit(env.step)
     _, state, r, *_, info = step(jax.random.key(1), state, jnp.array([jnp.nan, 5.0]), params)
     assert bool(info["bad_action"]) and int(info["bad_action_count"]) == 1
@@ -345,7 +345,7 @@ def test_nan_and_out_of_range_actions_are_sanitised(solo):
 def test_progress_reward_laps_and_termination(solo):
     env, params = solo
     params = params.replace(laps=jnp.int32(1))
-    _, state = env.reset(jax.random.key(0), params)
+    _, state = jax.jit(env.reset)(jax.random.key(0), params)
 
     def body(state, _):
         prev = state
@@ -372,7 +372,7 @@ def test_progress_reward_laps_and_termination(solo):
 def test_time_limit_truncates_and_auto_resets(solo):
     env, params = solo
     params = params.replace(time_limit=jnp.float32(1.0))
-    _, state = env.reset(jax.random.key(0), params)
+    _, state = jax.jit(env.reset)(jax.random.key(0), params)
     step = jax.jit(env.step)
     for i in range(10):
         obs, state, r, term, trunc, info = step(jax.random.key(i), state, jnp.array([0.0, 1.0]), params)
@@ -385,7 +385,7 @@ def test_time_limit_truncates_and_auto_resets(solo):
 
 def test_course_out_terminates_when_asked(solo):
     env, params = solo
-    _, state = env.reset(jax.random.key(0), params)
+    _, state = jax.jit(env.reset)(jax.random.key(0), params)
     action = jnp.array([1.0, 1.0])  # full lock left: off the track within seconds
 
     def run(p):
@@ -404,7 +404,7 @@ def test_course_out_terminates_when_asked(solo):
 
 def test_walls_keep_the_car_in_and_slow_it(solo):
     env, params = solo
-    _, state = env.reset(jax.random.key(0), params)
+    _, state = jax.jit(env.reset)(jax.random.key(0), params)
     state = _set_cars(state, body=state.cars.body.replace(vx=state.cars.body.vx.at[0].set(50.0)))
 
     def body(state, _):
@@ -422,7 +422,7 @@ def test_walls_keep_the_car_in_and_slow_it(solo):
 
 def test_rear_end_contact_records_who_hit_whom():
     env, params = jaxrace.make(track="oval", num_opponents=1, skill=jnp.array([1.0, 0.0]))
-    _, state = env.reset(jax.random.key(0), params)
+    _, state = jax.jit(env.reset)(jax.random.key(0), params)
     c = state.cars
     # Ego 3 m behind the opponent on the same line, 10 m/s faster: it will run into it.
     arc = jnp.array([200.0, 203.5])
@@ -446,7 +446,7 @@ def test_lane_gap_ahead_is_the_clear_space_to_the_nearest_car_in_our_lane():
     from jaxrace.envs.track import track_slice
 
     env, params = jaxrace.make(track="oval", num_opponents=5)
-    _, state = env.reset(jax.random.key(0), params)
+    _, state = jax.jit(env.reset)(jax.random.key(0), params)
     ts = track_slice(params.tracks)
     length = float(ts.length)
 
@@ -515,13 +515,13 @@ def test_params_vmap_over_tracks_and_skills():
     index = jnp.array([0, 1, 1])
     batched = params.replace(track_index=index)
     axes = jax.tree.map(lambda _: None, params).replace(track_index=0)
-    _, state = jax.vmap(env.reset, in_axes=(None, axes))(jax.random.key(0), batched)
+    _, state = jax.jit(jax.vmap(env.reset, in_axes=(None, axes)))(jax.random.key(0), batched)
     np.testing.assert_array_equal(np.asarray(state.track_index), [0, 1, 1])
     lengths = np.asarray(tracks.length)[[0, 1, 1]]
     np.testing.assert_allclose(np.asarray(state.view.lap_progress) * lengths,
                                np.asarray(state.cars.arc[:, 0]), rtol=1e-5)
     # track_index = -1 draws a track at every reset.
-    _, states = jax.vmap(env.reset, in_axes=(0, None))(jax.random.split(jax.random.key(1), 32),
+    _, states = jax.jit(jax.vmap(env.reset, in_axes=(0, None)))(jax.random.split(jax.random.key(1), 32),
                                                         params.replace(track_index=jnp.int32(-1)))
     assert set(np.asarray(states.track_index).tolist()) == {0, 1}
 
