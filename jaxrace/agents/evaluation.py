@@ -55,9 +55,15 @@ def incidents(record, states, car: int = 0) -> list[dict]:
     return sorted(out, key=lambda i: i["time"])
 
 
+@jax.jit
+def _race_records(states, params):
+    """RaceRecord [T + 1, C] of one race, in one program (run eagerly, each operation compiles alone)."""
+    return jax.vmap(race_record, in_axes=(0, None))(states, params)
+
+
 def race_metrics(states, params) -> RaceMetrics:
     """Metrics of the ego car (car 0) from one race's stacked EnvState (leading axis T + 1)."""
-    record = jax.tree.map(np.asarray, jax.vmap(lambda s: race_record(s, params))(states))
+    record = jax.tree.map(np.asarray, _race_records(states, params))
     laps_limit = int(np.asarray(params.laps))
     summary = summarise(record, laps_limit)
     ego = next(r for r in summary.results if r.car == 0)
@@ -155,7 +161,10 @@ def evaluate(trainer, actor_params, env, params, key: jax.Array, num_steps: int,
     keys = jax.random.split(key, num_races)
     learner = getattr(trainer, "learner", trainer)
     states, actions = _races(learner, env, actor_params, params, keys, num_steps, params_per_race)
-    race_params = [jax.tree.map(lambda x, i=i: x[i], params) if params_per_race else params for i in range(num_races)]
-    metrics = [[race_metrics(jax.tree.map(lambda x, r=r, i=i: x[r, i], states), race_params[i])
+    # Sliced on the host: eager slices of device arrays would compile one program per leaf.
+    host_states, host_params = jax.device_get((states, params))
+    race_params = [jax.tree.map(lambda x, i=i: x[i], host_params) if params_per_race else params
+                   for i in range(num_races)]
+    metrics = [[race_metrics(jax.tree.map(lambda x, r=r, i=i: x[r, i], host_states), race_params[i])
                 for i in range(num_races)] for r in range(runs)]
     return Evaluation(states, actions, metrics)

@@ -9,6 +9,8 @@ Files are mp4 (imageio-ffmpeg), or GIF when ffmpeg is not available.
 from __future__ import annotations
 
 import dataclasses
+import functools
+from collections.abc import Callable
 from pathlib import Path
 
 import jax
@@ -28,12 +30,23 @@ def render_frames(env: RaceEnv, params: EnvParams, states: EnvState, *, size=VID
                   car: int = 0, chunk: int = 64) -> np.ndarray:
     """uint8[T, H, W, 3]: `car`'s camera over a trajectory `states` (leading axis T)."""
     static = dataclasses.replace(env.static, pixels=True, image_size=tuple(size), camera=camera)
-    render = make_renderer(static)
     textures = params.textures if params.textures is not None else make_textures(params.tracks, static.texture_size)
-    frames_of = jax.jit(jax.vmap(lambda s: render(textures, s, car)))
+    frames_of = _frames_program(static)
+    states = jax.device_get(states)  # chunks sliced on the host: eager slices would compile one program each
     t = states.time.shape[0]
-    out = [np.asarray(frames_of(jax.tree.map(lambda x, i=i: x[i:i + chunk], states))) for i in range(0, t, chunk)]
+    out = [np.asarray(frames_of(textures, jax.tree.map(lambda x, i=i: x[i:i + chunk], states), car))
+           for i in range(0, t, chunk)]
     return np.concatenate(out)
+
+
+@functools.cache
+def _frames_program(static) -> Callable:
+    """`(textures, states [T], car) -> uint8[T, H, W, 3]`, one jitted program per static config.
+
+    Kept across calls, with the textures an argument rather than a constant, so every clip
+    of a run (and every run in a process) reuses one compiled program per clip length.
+    """
+    return jax.jit(jax.vmap(make_renderer(static), in_axes=(None, 0, None)))
 
 
 def _track_map(params: EnvParams, track: int) -> tuple[np.ndarray, np.ndarray, float]:
