@@ -38,16 +38,16 @@ def test_actor_and_critic_shapes(actor_input, recurrent):
     obs = observations((5,), pixels=actor_input == "pixels")
     actor = Actor(config)
     carry = initial_carry(config, (5,))
-    params = actor.init(jax.random.key(0), carry, obs, jnp.zeros(5, bool))
-    new_carry, (mean, log_std) = actor.apply(params, carry, obs, jnp.zeros(5, bool))
+    params = jax.jit(actor.init)(jax.random.key(0), carry, obs, jnp.zeros(5, bool))
+    new_carry, (mean, log_std) = jax.jit(actor.apply)(params, carry, obs, jnp.zeros(5, bool))
     assert new_carry.shape == (5, config.carry_size) and mean.shape == (5, 2) and log_std.shape == (5, 2)
     assert config.carry_size == (16 if recurrent else 0)
     assert np.all(np.asarray(log_std) >= -5.0) and np.all(np.asarray(log_std) <= 2.0)
     if not recurrent:
         np.testing.assert_array_equal(new_carry, carry)
     critic = TwinCritic(config)
-    cparams = critic.init(jax.random.key(1), obs, mean)
-    q = critic.apply(cparams, obs, mean)
+    cparams = jax.jit(critic.init)(jax.random.key(1), obs, mean)
+    q = jax.jit(critic.apply)(cparams, obs, mean)
     assert q.shape == (2, 5, 8)
     assert not np.allclose(q[0], q[1])  # two independently initialised critics
 
@@ -60,8 +60,9 @@ def test_asymmetric_critic_ignores_pixels_and_symmetric_reads_them():
         config = NetworkConfig(actor_input="pixels", symmetric=symmetric, hidden=16, num_quantiles=4,
                                cnn_channels=(4,))
         critic = TwinCritic(config)
-        params = critic.init(jax.random.key(0), obs, action)
-        same = np.allclose(critic.apply(params, obs, action), critic.apply(params, other, action))
+        params = jax.jit(critic.init)(jax.random.key(0), obs, action)
+        apply = jax.jit(critic.apply)
+        same = np.allclose(apply(params, obs, action), apply(params, other, action))
         assert same != symmetric
 
 

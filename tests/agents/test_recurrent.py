@@ -10,6 +10,7 @@ import pytest
 import jaxrace
 from jaxrace.agents import HParams, TrainConfig, make_train, runner
 from jaxrace.agents.networks import NetworkConfig
+from jaxrace.agents.runner import committed
 from jaxrace.rewards import RewardBank, library_reward
 
 BURN_IN, TRAIN_LENGTH, N_STEP = 3, 4, 2
@@ -120,7 +121,7 @@ def test_networks_are_reinitialised_on_schedule_and_replay_is_kept():
     config = TrainConfig(network=net, num_envs=2, rollout_steps=4, updates_per_epoch=1, batch_size=4,
                          replay_size=64, warmup_epochs=10, reinit_every=2, epochs=4)
     trainer = make_train(config, env, params, bank)
-    init = trainer.init(jax.random.key(0), HParams(), 0)
+    init = committed(jax.jit(trainer.init)(jax.random.key(0), HParams(), 0))
     run = jax.jit(lambda s: trainer.run_epochs(s, HParams(), 0, 2))  # one compile for both calls
     two, _ = run(init)  # epochs 0 and 1: no re-initialisation yet
     four, _ = run(two)  # epoch 2 starts with one

@@ -232,7 +232,7 @@ def test_policy_averaging_keeps_a_moving_average_of_the_actor(setup, trainer):
     actor; warm-up and a failed run leave it alone, and checkpoint selection is handed the average."""
     from jaxrace.agents.selection import KeepBest
 
-    assert trainer.learner.init(jax.random.key(0), HParams()).average_actor is None  # off by default
+    assert jax.eval_shape(trainer.learner.init, jax.random.key(0), HParams()).average_actor is None  # off by default
     env, params, bank = setup
     averaged = make_train(dataclasses.replace(trainer.config, actor_average=0.25), env, params, bank)
     judged = {}
@@ -506,7 +506,7 @@ def test_assess_reports_each_race_as_its_totals_do(setup, trainer):
 
     env, params, _ = setup  # a time trial as the "race": the trainer's observation shape
     fields = race_fields(params, jax.random.key(5), 3)
-    actors = jax.tree.map(lambda x: x[None], trainer.init(jax.random.key(4), HParams(), 0).actor)
+    actors = jax.tree.map(lambda x: x[None], jax.jit(trainer.init)(jax.random.key(4), HParams(), 0).actor)
     key = jax.random.key(6)
     (got,) = assess(trainer, actors, 36.0, key, race_env=env, race_fields=fields, race_steps=60)
     raced = evaluate(trainer, actors, env, fields, jax.random.split(key)[1], 60, num_races=3,

@@ -59,7 +59,7 @@ def test_ai_does_not_run_into_a_stopped_car():
     # The ego car stands still on the race line of the oval's straight; an AI car
     # arrives behind it at speed and must brake or pass, not hit it.
     env, params = jaxrace.make(track="oval", num_opponents=1)
-    _, state = env.reset(jax.random.key(0), params)
+    _, state = jax.jit(env.reset)(jax.random.key(0), params)
     ts = track_slice(params.tracks)
     arc = jnp.array([400.0, 250.0])
     lateral = params.tracks.raceline[jnp.array([700, 430])]
@@ -84,7 +84,7 @@ def test_ai_does_not_run_into_a_stopped_car():
 @pytest.mark.parametrize("side", [1.0, -1.0])
 def test_pure_pursuit_steers_back_to_the_line(side):
     env, params = jaxrace.make(track="oval", start="time_trial")
-    _, state = env.reset(jax.random.key(0), params)
+    _, state = jax.jit(env.reset)(jax.random.key(0), params)
     ts = track_slice(params.tracks)
     arc = jnp.array([300.0])
     line = params.tracks.raceline[300]

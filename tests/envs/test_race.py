@@ -278,7 +278,7 @@ def test_opponent_accel_adds_each_slots_brake_lights():
         for _ in range(12):  # cars at random places and speeds: some brake, some accelerate
             obs, state, *_ = step(jax.random.key(1), state, jnp.array([0.0, 0.3]), params)
         slots = np.asarray(obs["privileged"][4 * 30:]).reshape(6, 6)
-        plain = np.asarray(plain_env.observation(state, params)["privileged"][4 * 30:]).reshape(6, 5)
+        plain = np.asarray(jax.jit(plain_env.observation)(state, params)["privileged"][4 * 30:]).reshape(6, 5)
         np.testing.assert_allclose(slots[:, :5], plain, rtol=1e-5, atol=1e-6)
         # The six nearest of the seven opponents, nearest first, by the frame's distance.
         c = jax.tree.map(np.asarray, state.cars)
@@ -294,7 +294,7 @@ def test_opponent_accel_adds_each_slots_brake_lights():
         assert float(state.time) > 1.1  # no episode ended (a fresh one would stand still)
         np.testing.assert_allclose(slots[:, 5], ax[nearest] / 20.0, rtol=1e-6)
         # Absent cars' slots are zeros, their acceleration too.
-        obs = env.observation(state.replace(active=jnp.arange(8) < 3), params)
+        obs = jax.jit(env.observation)(state.replace(active=jnp.arange(8) < 3), params)
         assert np.count_nonzero(np.asarray(obs["privileged"][4 * 30:]).reshape(6, 6)[2:]) == 0
 
 
@@ -476,14 +476,14 @@ def test_lane_gap_ahead_is_the_clear_space_to_the_nearest_car_in_our_lane():
     # The env's RaceView carries it: on the grid the car straight ahead is on the other side,
     # so our lane's car is two grid slots (16 m) ahead.
     env8, params8 = jaxrace.make(track="club", num_opponents=7, laps=2)
-    _, grid_state = env8.reset(jax.random.key(0), params8)
+    _, grid_state = jax.jit(env8.reset)(jax.random.key(0), params8)
     assert float(grid_state.view.gap_ahead) == pytest.approx(8.0)
     assert float(grid_state.view.lane_gap_ahead) == pytest.approx(16.0 - 4.6, abs=1e-3)
 
 
 def test_ranks_and_lap_bookkeeping_on_scripted_progress(grid):
     _, params = grid
-    _, state = grid[0].reset(jax.random.key(0), params)
+    _, state = jax.jit(grid[0].reset)(jax.random.key(0), params)
     cars = state.cars._replace(
         progress=jnp.array([50.0, 120.0, 80.0, 80.0, 10.0, 300.0, 0.0, 0.0]),
         finished=jnp.array([False, False, False, False, False, True, False, False]),

@@ -20,7 +20,7 @@ def colour_of(car: int) -> np.ndarray:
 @pytest.fixture(scope="module")
 def oval():
     env, params = jaxrace.make(track="oval", num_opponents=2, start="grid_back", pixels=True, texture_size=1024)
-    _, state = env.reset(jax.random.key(0), params)
+    _, state = jax.jit(env.reset)(jax.random.key(0), params)
     return env, params, state
 
 
@@ -173,7 +173,7 @@ def test_vmaps_over_cars_and_tracks_and_compiles_once():
 
 def test_pixels_only_when_asked(oval):
     env, params = jaxrace.make(track="oval", num_opponents=2)
-    obs, _ = env.reset(jax.random.key(0), params)
+    obs, _ = jax.jit(env.reset)(jax.random.key(0), params)
     assert "pixels" not in obs and params.textures is None
     with pytest.raises(ValueError, match="pixels=True"):
         env.render(oval[2], params)
