@@ -38,7 +38,7 @@ one() {  # one TRACK SEED: a run under a time limit, then its results to $out
     # shellcheck disable=SC2086 (EXTRA is a list of options)
     timeout --kill-after=5 "$limit" "$python" experiments/train_reference.py --track "$track" --seed "$seed" \
         --minutes "$minutes" --pack-gap 25 --grid-prob 0.3 --ai-aggression varied --weight w_rear_end=100 \
-        --weight w_collision=10 --train-course-out-margin 0.6 --actor-average 3e-4 ${EXTRA:-} \
+        --weight w_collision=10 --train-course-out-margin 0.3 --actor-average 3e-4 ${EXTRA:-} \
         --save "$work/actors" --tag "$name" > "$work/$name.log" 2>&1
     echo "== $name: exit $?"
     cp experiments/results/train_reference-"$name".json "$work"/ 2>/dev/null

@@ -116,9 +116,14 @@ ABLATIONS = (
         "gp-E-envs32-avg-disc098-seed{}", "gp-E-envs32-avg-rerun-avx2-seed{}", (2, 3)),
              "re-read on the same CPU: seed 3 better in every column, seed 2 mixed"),
     Ablation("training episodes end 0.3 m beyond the edge (against 0.6)", RERUN, _seeds(
-        "gp-E-envs32-avg-margin03-seed{}", "gp-E-envs32-avg-rerun-avx2-seed{}", (2, 3)),
-             "a candidate: better in every second-half column on both seeds; final policies win 17 and 20 "
-             "of 20 races with 0.35 and 0.05 course-outs per race; seed 1 and BrandsHatch not run yet"),
+        "gp-E-envs32-avg-margin03-seed{}", "gp-E-envs32-avg-rerun-avx2-seed{}", (2, 3, 1)),
+             "kept, the default: every second-half column better on all three seeds, but for seed 1's "
+             "contacts; kept targets 6 vs 2"),
+    Ablation("training episodes end 0.3 m beyond the edge, BrandsHatch",
+             "policy averaging 3e-4, on an AVX-512 CPU as the first runs",
+             _seeds("brands-E-envs32-avg-margin03-seed{}", "brands-E-envs32-avg-seed{}", (1, 2, 3)),
+             "kept: course-outs fewer on all three seeds (-1.9 per race), places even, contacts "
+             "+0.4; kept targets 7 vs 5 against runs on the AVX-512 CPU"),
     _vs_averaged("a quarter of the envs drive on after a course-out", "-keepgoing025", (2, 3),
                  "dropped: leaves the track more"),
     _vs_averaged("a quarter of the random starts off the track", "-offtrack025", (2, 3, 1),
