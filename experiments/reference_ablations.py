@@ -124,6 +124,9 @@ ABLATIONS = (
              _seeds("brands-E-envs32-avg-margin03-seed{}", "brands-E-envs32-avg-seed{}", (1, 2, 3)),
              "kept: course-outs fewer on all three seeds (-1.9 per race), places even, contacts "
              "+0.4; kept targets 7 vs 5 against runs on the AVX-512 CPU"),
+    Ablation("curriculum (a third alone, then 75% in traffic) on the 0.3 m edge", "the 0.3 m edge (same CPU)",
+             _seeds("gp-E-envs32-avg-margin03-curric-seed{}", "gp-E-envs32-avg-margin03-seed{}", (2, 3)),
+             "dropped: about one more at-fault contact per race on both seeds, more time-trial outs on seed 2"),
     _vs_averaged("a quarter of the envs drive on after a course-out", "-keepgoing025", (2, 3),
                  "dropped: leaves the track more"),
     _vs_averaged("a quarter of the random starts off the track", "-offtrack025", (2, 3, 1),
