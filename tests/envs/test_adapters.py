@@ -47,7 +47,7 @@ def test_construction_from_env_and_params_or_make_kwargs():
 def test_brax_reset_and_step_jit_and_truncate_at_the_time_limit(brax_env):
     reset, step = jax.jit(brax_env.reset), jax.jit(brax_env.step)
     state = reset(jax.random.PRNGKey(0))
-    race_obs = brax_env.race_env.observation(state.pipeline_state, brax_env.params)
+    race_obs = jax.jit(brax_env.race_env.observation)(state.pipeline_state, brax_env.params)
     assert state.obs.shape == (brax_env.observation_size,) and state.obs.dtype == jnp.float32
     np.testing.assert_array_equal(state.obs, jnp.concatenate([race_obs["proprio"], race_obs["privileged"]]))
 
@@ -100,7 +100,7 @@ def test_brax_ppo_trains_through_the_adapter():
     assert {"training/policy_loss", "training/v_loss"} <= set(metrics)
     assert all(np.all(np.isfinite(value)) for value in metrics.values())
 
-    obs = env.reset(jax.random.PRNGKey(1)).obs
+    obs = jax.jit(env.reset)(jax.random.PRNGKey(1)).obs
     for deterministic in (True, False):
         action, _ = jax.jit(make_policy(params, deterministic=deterministic))(obs, jax.random.PRNGKey(2))
         assert action.shape == (2,)
