@@ -233,6 +233,12 @@ def main() -> None:
                         help="m/s; full lock shrinks as 1 / (1 + (v / this)^2); 0: fixed lock")
     parser.add_argument("--weight", action="append", default=[], metavar="NAME=VALUE",
                         help="override one of the reward's PARAMS, e.g. --weight w_rear_end=20 (repeatable)")
+    parser.add_argument("--weight-ramp", action="append", default=[], metavar="NAME=VALUE",
+                        help="a reward PARAM's value at the end of training: from --weight-ramp-from on it moves "
+                        "linearly from its --weight (or default) value to this one (repeatable; the weights are "
+                        "traced, so nothing compiles again)")
+    parser.add_argument("--weight-ramp-from", type=float, default=0.5, metavar="SHARE",
+                        help="share of --minutes (or --steps) where the --weight-ramp starts")
     parser.add_argument("--lr-decay", type=float, default=None, metavar="SHARE",
                         help="from this share of --minutes (or --steps) on, the actor's and critics' learning "
                         "rates fall linearly to 10%% of theirs at the end (default: constant)")
@@ -280,6 +286,8 @@ def main() -> None:
         parser.error(f"--offtrack-start must be in [0, 1], got {args.offtrack_start}")
     if not 0.0 <= args.keep_going <= 1.0:
         parser.error(f"--keep-going must be in [0, 1], got {args.keep_going}")
+    if not 0.0 <= args.weight_ramp_from < 1.0:
+        parser.error(f"--weight-ramp-from must be in [0, 1), got {args.weight_ramp_from}")
     if not 0.0 <= args.alone_first < 1.0:
         parser.error(f"--alone-first must be in [0, 1), got {args.alone_first}")
     steps_later = []
@@ -364,6 +372,8 @@ def main() -> None:
     hparams = jax.tree.map(jnp.float32, HParams(
         reward_scale=args.reward_scale, discount=args.discount, target_entropy=args.target_entropy,
         reward_params=jnp.asarray(bank.params_matrix([weights])[0])))
+    ramp_to = jnp.asarray(bank.params_matrix([{**weights, **parse_weights(parser, args.weight_ramp)}])[0],
+                          jnp.float32)
     steps_per_epoch = config.num_envs * config.rollout_steps
 
     tt_steps = math.ceil(2.3 * ref_lap / 0.1)
@@ -414,12 +424,19 @@ def main() -> None:
             return chunks_done * args.chunk_epochs * steps_per_epoch / args.steps
         return (time.perf_counter() - t0) / budget
 
-    def hparams_at(share: float) -> HParams:  # learning rates are traced: a new value compiles nothing
+    def ramp(share: float, start: float) -> float:
+        """0 before `start`, rising linearly to 1 at the end of the run."""
+        return min(max((share - start) / (1.0 - start), 0.0), 1.0)
+
+    def hparams_at(share: float) -> HParams:  # learning rates and weights are traced: new values compile nothing
+        h = hparams
+        if args.weight_ramp:
+            done = jnp.float32(ramp(share, args.weight_ramp_from))
+            h = h.replace(reward_params=h.reward_params + done * (ramp_to - h.reward_params))
         if args.lr_decay is None:
-            return hparams
-        done = min(max((share - args.lr_decay) / (1.0 - args.lr_decay), 0.0), 1.0)
-        scale = jnp.float32(1.0 - 0.9 * done)
-        return hparams.replace(actor_lr=hparams.actor_lr * scale, critic_lr=hparams.critic_lr * scale)
+            return h
+        scale = jnp.float32(1.0 - 0.9 * ramp(share, args.lr_decay))
+        return h.replace(actor_lr=h.actor_lr * scale, critic_lr=h.critic_lr * scale)
 
     t0 = time.perf_counter()
     state = committed(init(k_init, hparams, 0))  # else the second chunk compiles again
