@@ -216,7 +216,7 @@ def test_offtrack_starts_put_the_ego_car_on_the_run_off_and_end_only_when_it_lea
     _, mixed = reset(keys, params.replace(offtrack_start_prob=jnp.float32(0.25)))
     assert 0.18 < np.asarray(mixed.view.off_course).mean() < 0.32  # 100 expected of 400
 
-    step = jax.jit(env.step)
+    step = jax.jit(env.step_env)  # (one compiled step: `step` adds only the auto-reset)
     _, state = jax.jit(env.reset)(jax.random.key(3), off_params)
     assert bool(state.view.off_course)
     for _ in range(10):  # standing on the brakes off the course: no course-out, the episode goes on
@@ -226,8 +226,7 @@ def test_offtrack_starts_put_the_ego_car_on_the_run_off_and_end_only_when_it_lea
     # step it stays off (brax's action repeat reads only the last step's `done`).
     rejoined = state.replace(off_since_start=jnp.bool_(False))
     for _ in range(2):
-        _, rejoined, _, terminated, _, info = jax.jit(env.step_env)(jax.random.key(0), rejoined,
-                                                                    jnp.array([0.0, -1.0]), off_params)
+        _, rejoined, _, terminated, _, info = step(jax.random.key(0), rejoined, jnp.array([0.0, -1.0]), off_params)
         assert bool(info["view"].off_course) and bool(terminated)
 
 
@@ -268,16 +267,19 @@ def test_opponents_in_the_track_frame_on_the_grid():
 
 def test_opponent_accel_adds_each_slots_brake_lights():
     """opponent_accel: a sixth number per slot, the car's longitudinal acceleration / 20 m/s^2."""
+    # The cars' state does not depend on what the observation shows: one env drives them.
+    driver, params = jaxrace.make(track="club", num_opponents=7, start="random")
+    _, state = jax.jit(driver.reset)(jax.random.key(0), params)
+    step = jax.jit(driver.step)
+    for _ in range(12):  # cars at random places and speeds: some brake, some accelerate
+        _, state, *_ = step(jax.random.key(1), state, jnp.array([0.0, 0.3]), params)
     for frame in ("car", "track"):
-        plain_env, params = jaxrace.make(track="club", num_opponents=7, start="random", opponent_frame=frame)
+        plain_env, _ = jaxrace.make(track="club", num_opponents=7, start="random", opponent_frame=frame)
         env, _ = jaxrace.make(track="club", num_opponents=7, start="random", opponent_frame=frame,
                               opponent_accel=True)
         assert env.observation_shapes()["privileged"] == (4 * 30 + 6 * 6,)
-        _, state = jax.jit(env.reset)(jax.random.key(0), params)
-        step = jax.jit(env.step)
-        for _ in range(12):  # cars at random places and speeds: some brake, some accelerate
-            obs, state, *_ = step(jax.random.key(1), state, jnp.array([0.0, 0.3]), params)
-        slots = np.asarray(obs["privileged"][4 * 30:]).reshape(6, 6)
+        observe = jax.jit(env.observation)
+        slots = np.asarray(observe(state, params)["privileged"][4 * 30:]).reshape(6, 6)
         plain = np.asarray(jax.jit(plain_env.observation)(state, params)["privileged"][4 * 30:]).reshape(6, 5)
         np.testing.assert_allclose(slots[:, :5], plain, rtol=1e-5, atol=1e-6)
         # The six nearest of the seven opponents, nearest first, by the frame's distance.
@@ -294,7 +296,7 @@ def test_opponent_accel_adds_each_slots_brake_lights():
         assert float(state.time) > 1.1  # no episode ended (a fresh one would stand still)
         np.testing.assert_allclose(slots[:, 5], ax[nearest] / 20.0, rtol=1e-6)
         # Absent cars' slots are zeros, their acceleration too.
-        obs = jax.jit(env.observation)(state.replace(active=jnp.arange(8) < 3), params)
+        obs = observe(state.replace(active=jnp.arange(8) < 3), params)
         assert np.count_nonzero(np.asarray(obs["privileged"][4 * 30:]).reshape(6, 6)[2:]) == 0
 
 
