@@ -28,6 +28,8 @@ record the cores used. `--steps N` also stops at N env steps (to compare actors 
 steps, or runs on machines of different speeds: the curriculum's and the learning-rate
 decay's shares are then shares of N). `--alone-first S --alone A [--then S2:A2 ...]` is
 a curriculum: every env alone for the first share S, then A of them alone, and so on.
+`--weight NAME=V` sets a reward weight; `--weight-ramp NAME=V` moves it linearly to V
+from `--weight-ramp-from` (a share, as above) to the end.
 `--actor pixels` trains the CNN+GRU actor on 64x64 images (the critics read the state);
 on CPU its gradient updates are jitted calls from a host loop (`--host-updates`), since
 XLA:CPU differentiates a convolution inside a scan about 25x slower.
@@ -161,7 +163,7 @@ def assess_saved(args, directory: Path, template, final_assessment, track_name: 
     print(f"wrote {write_results(name, rows)}")
 
 
-def parse_weights(parser, items) -> dict:
+def parse_weights(parser, items, flag: str = "--weight") -> dict:
     weights = {}
     for item in items:
         name, sep, value = item.partition("=")
@@ -170,7 +172,7 @@ def parse_weights(parser, items) -> dict:
         except ValueError:
             sep = ""
         if not sep:
-            parser.error(f"--weight {item!r}: expected NAME=NUMBER, e.g. w_rear_end=20")
+            parser.error(f"{flag} {item!r}: expected NAME=NUMBER, e.g. w_rear_end=20")
     return weights
 
 
@@ -372,8 +374,8 @@ def main() -> None:
     hparams = jax.tree.map(jnp.float32, HParams(
         reward_scale=args.reward_scale, discount=args.discount, target_entropy=args.target_entropy,
         reward_params=jnp.asarray(bank.params_matrix([weights])[0])))
-    ramp_to = jnp.asarray(bank.params_matrix([{**weights, **parse_weights(parser, args.weight_ramp)}])[0],
-                          jnp.float32)
+    final_weights = {**weights, **parse_weights(parser, args.weight_ramp, "--weight-ramp")}
+    ramp_to = jnp.asarray(bank.params_matrix([final_weights])[0], jnp.float32)
     steps_per_epoch = config.num_envs * config.rollout_steps
 
     tt_steps = math.ceil(2.3 * ref_lap / 0.1)
