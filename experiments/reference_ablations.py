@@ -124,6 +124,15 @@ ABLATIONS = (
              _seeds("brands-E-envs32-avg-margin03-seed{}", "brands-E-envs32-avg-seed{}", (1, 2, 3)),
              "kept: course-outs fewer on all three seeds (-1.9 per race), places even, contacts "
              "+0.4; kept targets 7 vs 5 against runs on the AVX-512 CPU"),
+    Ablation("no change: the BrandsHatch recipe rerun on a CPU without AVX-512 (the noise floor)",
+             "policy averaging 3e-4, on an AVX-512 CPU as the first runs",
+             _seeds("brands-E-envs32-avg-avx2-seed{}", "brands-E-envs32-avg-seed{}", (2, 3)),
+             "no change made: 1.3 places forward on seed 2 and 2.8 back on seed 3, more course-outs on both"),
+    Ablation("training episodes end 0.3 m beyond the edge, BrandsHatch, against the same-CPU rerun",
+             "policy averaging 3e-4, rerun on the same CPU",
+             _seeds("brands-E-envs32-avg-margin03-seed{}", "brands-E-envs32-avg-avx2-seed{}", (2, 3)),
+             "confirms the default: race course-outs -3.7 and -4.9 per race, time-trial outs fewer, places better "
+             "on both; contacts split (-1.8, +1.5)"),
     Ablation("curriculum (a third alone, then 75% in traffic) on the 0.3 m edge", "the 0.3 m edge (same CPU)",
              _seeds("gp-E-envs32-avg-margin03-curric-seed{}", "gp-E-envs32-avg-margin03-seed{}", (2, 3)),
              "dropped: about one more at-fault contact per race on both seeds, more time-trial outs on seed 2"),
