@@ -51,6 +51,15 @@ def _vs_averaged(change: str, suffix: str, gp_seeds: tuple[int, ...], verdict: s
     pairs += _seeds(f"brands-E-envs32-avg{suffix}-seed{{}}", "brands-E-envs32-avg-seed{}", brands)
     return Ablation(change, AVG, pairs, verdict)
 
+
+MARGIN03 = "the 0.3 m edge (same CPU)"
+
+
+def _on_margin03(change: str, suffix: str, verdict: str) -> Ablation:
+    """A change made to the 0.3 m edge: gp seeds 2 and 3, tags gp-E-envs32-avg-margin03<suffix>-seed<n>."""
+    return Ablation(change, MARGIN03, _seeds(f"gp-E-envs32-avg-margin03{suffix}-seed{{}}",
+                                             "gp-E-envs32-avg-margin03-seed{}", (2, 3)), verdict)
+
 ABLATIONS = (
     Ablation("32 envs, half the updates per env step", "recipe E (16 envs)",
              (("gp-E-envs32-seed2", "gp-E-seed2"), ("gp-E-envs32-seed3", "gp-E-seed3"),
@@ -133,20 +142,15 @@ ABLATIONS = (
              _seeds("brands-E-envs32-avg-margin03-seed{}", "brands-E-envs32-avg-avx2-seed{}", (2, 3)),
              "confirms the default: race course-outs -3.7 and -4.9 per race, time-trial outs fewer, places better "
              "on both; contacts split (-1.8, +1.5)"),
-    Ablation("curriculum (a third alone, then 75% in traffic) on the 0.3 m edge", "the 0.3 m edge (same CPU)",
-             _seeds("gp-E-envs32-avg-margin03-curric-seed{}", "gp-E-envs32-avg-margin03-seed{}", (2, 3)),
-             "dropped: about one more at-fault contact per race on both seeds, more time-trial outs on seed 2"),
-    Ablation("target entropy -4 on the 0.3 m edge", "the 0.3 m edge (same CPU)",
-             _seeds("gp-E-envs32-avg-margin03-ent4-seed{}", "gp-E-envs32-avg-margin03-seed{}", (2, 3)),
-             "dropped: 2.2 places further back on both seeds, contacts even (+0.4, -0.1)"),
-    Ablation("contact weights doubled (w_rear_end 200, w_collision 20) on the 0.3 m edge",
-             "the 0.3 m edge (same CPU)",
-             _seeds("gp-E-envs32-avg-margin03-contact200-seed{}", "gp-E-envs32-avg-margin03-seed{}", (2, 3)),
-             "dropped: fewer contacts (-0.2, -0.9) bought by racing 2.2 places further back"),
-    Ablation("contact weights ramped from 100/10 to 200/20 over the second half, on the 0.3 m edge",
-             "the 0.3 m edge (same CPU)",
-             _seeds("gp-E-envs32-avg-margin03-ramp200-seed{}", "gp-E-envs32-avg-margin03-seed{}", (2, 3)),
-             "dropped: in the last quarter 0.5 fewer contacts per race, 1.1-1.7 places further back, more course-outs"),
+    _on_margin03("curriculum (a third alone, then 75% in traffic) on the 0.3 m edge", "-curric",
+                 "dropped: about one more at-fault contact per race on both seeds, more time-trial outs on seed 2"),
+    _on_margin03("target entropy -4 on the 0.3 m edge", "-ent4",
+                 "dropped: 2.2 places further back on both seeds, contacts even (+0.4, -0.1)"),
+    _on_margin03("contact weights doubled (w_rear_end 200, w_collision 20) on the 0.3 m edge", "-contact200",
+                 "dropped: fewer contacts (-0.2, -0.9) bought by racing 2.2 places further back"),
+    _on_margin03("contact weights ramped from 100/10 to 200/20 over the second half, on the 0.3 m edge", "-ramp200",
+                 "dropped: in the last quarter 0.5 fewer contacts per race, 1.1-1.7 places further back, "
+                 "more course-outs"),
     _vs_averaged("a quarter of the envs drive on after a course-out", "-keepgoing025", (2, 3),
                  "dropped: leaves the track more"),
     _vs_averaged("a quarter of the random starts off the track", "-offtrack025", (2, 3, 1),
