@@ -10,7 +10,7 @@ the grid as a race does, or with `--offtrack-start P` off the course to learn to
 rejoin it, and end at a time limit or a course-out; half the envs
 (`--alone`) drive alone, the others among 7 AI cars at skill 0.9, spread round the lap
 or, with `--pack-gap G`, bunched G m apart; each env's AI cars get their own aggression
-(`--ai-aggression varied`). Then:
+(`--ai-aggression varied`) and, with `--ai-skill-spread S`, its own skills in 0.9 +- S. Then:
 1. time trial: the best lap of the policy in a two-lap deterministic run alone on
    the track, against the reference lap (issue 16's target: within 5%, no course-out);
 2. 20 deterministic races from the back of an 8-car grid against the AI at skill 0.9,
@@ -279,9 +279,14 @@ def main() -> None:
                         help="m between cars at a random start in traffic (a pack); 0: spread round the lap")
     parser.add_argument("--ai-aggression", default="fixed", choices=["fixed", "varied"],
                         help="training AI: every car at aggression 0.5, or each env's cars drawn in [0, 1]")
+    parser.add_argument("--ai-skill-spread", type=float, default=0.0, metavar="S",
+                        help="training AI: each env's cars at skill drawn in 0.9 +- S, so traffic is sometimes "
+                             "slower (more passing) and sometimes faster; races stay at 0.9 (0: every car 0.9)")
     args = parser.parse_args()
     if not 0.0 <= args.grid_prob <= 1.0:
         parser.error(f"--grid-prob must be in [0, 1], got {args.grid_prob}")
+    if not 0.0 <= args.ai_skill_spread < 0.5:
+        parser.error(f"--ai-skill-spread must be in [0, 0.5), got {args.ai_skill_spread}")
     if not 0.0 <= args.corner_prob <= 1.0:
         parser.error(f"--corner-prob must be in [0, 1], got {args.corner_prob}")
     if not 0.0 <= args.offtrack_start <= 1.0:
@@ -339,6 +344,10 @@ def main() -> None:
             per_env["terminate_on_course_out"] = ending(alone) + ending(num_envs - alone)
         if args.ai_aggression == "varied":
             per_env["aggression"] = jax.random.uniform(k_train_ai, (num_envs, env.static.num_cars))
+        if args.ai_skill_spread:  # (its own key: the aggression draw stays as runs without it made it)
+            shape, spread = (num_envs, env.static.num_cars), args.ai_skill_spread
+            per_env["skill"] = SKILL + jax.random.uniform(jax.random.fold_in(k_train_ai, 1), shape,
+                                                          minval=-spread, maxval=spread)
         return per_env_params(base_params, num_envs, **per_env)
 
     params = env_params(1.0 if args.alone_first else args.alone)
