@@ -151,6 +151,8 @@ ABLATIONS = (
     _on_margin03("contact weights ramped from 100/10 to 200/20 over the second half, on the 0.3 m edge", "-ramp200",
                  "dropped: in the last quarter 0.5 fewer contacts per race, 1.1-1.7 places further back, "
                  "more course-outs"),
+    _on_margin03("training AI at skill 0.9 +- 0.08 (races at 0.9), on the 0.3 m edge", "-skill08",
+                 "dropped: more at-fault contacts on both seeds (+1.3, +1.0), places further back"),
     _vs_averaged("a quarter of the envs drive on after a course-out", "-keepgoing025", (2, 3),
                  "dropped: leaves the track more"),
     _vs_averaged("a quarter of the random starts off the track", "-offtrack025", (2, 3, 1),
