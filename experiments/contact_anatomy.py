@@ -49,6 +49,38 @@ def anatomy(view, actions: np.ndarray, dt: float) -> list[dict]:
     return out
 
 
+def run_events(ev, r: int, dt: float) -> list[dict]:
+    """Every at-fault onset of run r's races in an `evaluate` result (states [R, races, T + 1])."""
+    events = []
+    for i in range(ev.actions.shape[1]):
+        view = jax.tree.map(lambda x, i=i: np.asarray(x[r, i]), ev.states.view)
+        events += [{"race": i, **e} for e in anatomy(view, np.asarray(ev.actions[r, i]), dt)]
+    return events
+
+
+def agent_row(candidate: str, seed: int, races: int, events: list[dict]) -> dict:
+    """One agent's onsets by phase of the race, closing speed and pedal, and the onsets themselves."""
+    row = {"candidate": candidate, "seed": seed, "races": races, "at_fault_onsets": len(events),
+           **{f"onsets {label}": sum(lo <= x["time"] < hi for x in events) for lo, hi, label in PHASES},
+           "median_closing_speed": None, "share_braked_in_last_second": None, "share_in_first_place_or_second": None}
+    if events:
+        row.update(median_closing_speed=float(np.nanmedian([x["closing_speed"] for x in events])),
+                   share_braked_in_last_second=float(np.mean([x["braked"] for x in events])),
+                   share_in_first_place_or_second=float(np.mean([x["rank_before"] <= 2 for x in events])))
+    return {**row, "events": events}
+
+
+def print_agent_rows(rows: list[dict]) -> None:
+    def pct(x):
+        return "-" if x is None else f"{x:.0%}"
+
+    print_table(["agent", "at-fault onsets", *[p[2] for p in PHASES], "median closing speed before (m/s)",
+                 "braked in the second before", "while 1st or 2nd"],
+                [[r["candidate"], r["at_fault_onsets"], *[r[f"onsets {p[2]}"] for p in PHASES],
+                  "-" if r["median_closing_speed"] is None else f"{r['median_closing_speed']:.1f}",
+                  pct(r["share_braked_in_last_second"]), pct(r["share_in_first_place_or_second"])] for r in rows])
+
+
 def draw(path: str, names: list[str], metrics, track: dict, size: int = 300) -> None:
     """The report's incident maps of each agent side by side, each titled, in one SVG file."""
     parts, height = [], 0
@@ -97,29 +129,10 @@ def main() -> None:
             raise SystemExit(f"run {runs[r]['candidate']}: the rerun's at-fault counts {again} differ from the "
                              f"stored {before}: the races were not reproduced")
     dt = float(e.race_env.static.dt)
-    table, rows = [], []
-    for r, info in enumerate(runs):
-        events = []
-        for i in range(config.final_races):
-            view = jax.tree.map(lambda x, r=r, i=i: np.asarray(x[r, i]), ev.states.view)
-            for ev_ in anatomy(view, np.asarray(ev.actions[r, i]), dt):
-                events.append({"race": i, **ev_})
-        per_phase = {label: sum(lo <= x["time"] < hi for x in events) for lo, hi, label in PHASES}
-        closing = np.array([x["closing_speed"] for x in events]) if events else np.zeros(0)
-        row = {"candidate": info["candidate"], "seed": info["seed"], "races": config.final_races,
-               "at_fault_onsets": len(events), **{f"onsets {k}": v for k, v in per_phase.items()},
-               "median_closing_speed": float(np.nanmedian(closing)) if events else None,
-               "share_braked_in_last_second": float(np.mean([x["braked"] for x in events])) if events else None,
-               "share_in_first_place_or_second": float(np.mean([x["rank_before"] <= 2 for x in events]))
-               if events else None, "events": events}
-        rows.append(row)
-        table.append([info["candidate"], len(events), *per_phase.values(),
-                      f"{row['median_closing_speed']:.1f}" if events else "-",
-                      f"{row['share_braked_in_last_second']:.0%}" if events else "-",
-                      f"{row['share_in_first_place_or_second']:.0%}" if events else "-"])
+    rows = [agent_row(info["candidate"], info["seed"], config.final_races, run_events(ev, r, dt))
+            for r, info in enumerate(runs)]
     print(f"{args.run_dir}: {config.final_races} races from P{config.opponents + 1}, AI skill {config.ai_skill}")
-    print_table(["agent", "at-fault onsets", *[p[2] for p in PHASES], "median closing speed before (m/s)",
-                 "braked in the second before", "while 1st or 2nd"], table)
+    print_agent_rows(rows)
     if args.svg:
         draw(args.svg, [info["candidate"] for info in runs], ev.metrics, centre_line(e.race_params))
         print(f"wrote {args.svg}")

@@ -51,6 +51,7 @@ from common import RESULTS, print_table, write_results
 import jaxrace
 from jaxrace.agents import HParams, TrainConfig, make_train
 from jaxrace.agents.checkpoint import load_checkpoint, save_checkpoint
+from jaxrace.agents.evaluation import evaluate
 from jaxrace.agents.networks import NetworkConfig
 from jaxrace.agents.runner import committed, per_run_hparams, split_epochs
 from jaxrace.agents.selection import Assessment, KeepBest, assess, racing_score
@@ -136,8 +137,14 @@ def plot_curve(path, curve, evals, ref_lap):
     fig.savefig(path, dpi=100)
 
 
-def assess_saved(args, directory: Path, template, final_assessment, track_name: str) -> None:
-    """Assesses the final and the kept actor a run saved (a run cut off before its own assessment)."""
+def assess_saved(args, directory: Path, template, final_assessment, track_name: str, final_races=None,
+                 dt: float = 0.1) -> None:
+    """Assesses the final and the kept actor a run saved (a run cut off before its own assessment).
+
+    With `final_races` (actor -> the `evaluate` result of the assessment's races) and
+    `--anatomy`, only the at-fault contacts of those races are looked at (contact_anatomy.py)."""
+    if args.anatomy:
+        return anatomy_of_saved(args, directory, template, final_assessment, final_races, dt)
     rows = []
     for which in ("final", "kept"):
         if not (directory / which).is_dir():
@@ -161,6 +168,26 @@ def assess_saved(args, directory: Path, template, final_assessment, track_name: 
         old = [r for r in json.loads(path.read_text())["rows"] if r["name"] not in {r2["name"] for r2 in rows}]
         rows = old + rows
     print(f"wrote {write_results(name, rows)}")
+
+
+def anatomy_of_saved(args, directory: Path, template, final_assessment, final_races, dt: float) -> None:
+    """When, at what closing speed and pedal the saved actors' at-fault contacts of the 20 races begin;
+    writes results/contact_anatomy-<tag>.json."""
+    from contact_anatomy import agent_row, print_agent_rows, run_events
+
+    rows = []
+    for which in ("final", "kept"):
+        actor, _ = load_checkpoint(directory / which, template)
+        ev = final_races(actor)
+        events = run_events(ev, 0, dt)
+        at_fault = final_assessment(actor).at_fault
+        if len(events) != at_fault:
+            raise SystemExit(f"{which}: {len(events)} at-fault onsets against the assessment's {at_fault}: "
+                             "the races were not reproduced")
+        rows.append(agent_row(which, args.seed, args.races, events))
+    print(f"{directory}: {args.races} races from P8, AI skill {SKILL}")
+    print_agent_rows(rows)
+    print(f"wrote {write_results(f'contact_anatomy-{args.tag}', rows)}")
 
 
 def parse_weights(parser, items, flag: str = "--weight") -> dict:
@@ -249,6 +276,9 @@ def main() -> None:
                         help="write the final and the kept actor's parameters under this directory (orbax)")
     parser.add_argument("--assess", default=None, metavar="DIR",
                         help="no training: assess the actors a run saved with --save DIR (same options and seed)")
+    parser.add_argument("--anatomy", action="store_true",
+                        help="with --assess: when and how the saved actors' at-fault contacts in the 20 races begin "
+                             "(experiments/contact_anatomy.py), into results/contact_anatomy-<tag>.json")
     parser.add_argument("--alone", type=float, default=0.5, help="share of training envs with no opponent")
     parser.add_argument("--alone-first", type=float, default=0.0, metavar="SHARE",
                         help="curriculum: every env drives alone for this share of --minutes (or --steps), "
@@ -285,6 +315,8 @@ def main() -> None:
     args = parser.parse_args()
     if not 0.0 <= args.grid_prob <= 1.0:
         parser.error(f"--grid-prob must be in [0, 1], got {args.grid_prob}")
+    if args.anatomy and not args.assess:
+        parser.error("--anatomy looks at saved actors: it needs --assess DIR")
     if not 0.0 <= args.ai_skill_spread < 0.5:
         parser.error(f"--ai-skill-spread must be in [0, 0.5), got {args.ai_skill_spread}")
     if not 0.0 <= args.corner_prob <= 1.0:
@@ -407,6 +439,10 @@ def main() -> None:
                       tt_params=tt_params, tt_steps=tt_steps, race_env=race_env, race_fields=final_fields,
                       race_steps=race_steps)[0]
 
+    def final_races(actor):  # assess's races of final_assessment: the same fields and key
+        return evaluate(trainer, jax.tree.map(lambda x: x[None], actor), race_env, final_fields,
+                        jax.random.split(k_eval)[1], race_steps, num_races=args.races, params_per_race=True)
+
     keep = KeepBest(score, every=args.eval_every)
     init = jax.jit(trainer.init)
     budget = 60 * args.minutes
@@ -452,7 +488,8 @@ def main() -> None:
     t0 = time.perf_counter()
     state = committed(init(k_init, hparams, 0))  # else the second chunk compiles again
     if args.assess:
-        return assess_saved(args, Path(args.assess), state.policy_actor, final_assessment, track_name)
+        return assess_saved(args, Path(args.assess), state.policy_actor, final_assessment, track_name, final_races,
+                            float(race_env.static.dt))
     keep.start(jax.tree.map(lambda x: x[None], state.policy_actor))
     curve, chunks = [], 0
     chunk_s = eval_s = 0.0
