@@ -177,6 +177,9 @@ def anatomy_of_saved(args, directory: Path, template, final_assessment, final_ra
 
     rows = []
     for which in ("final", "kept"):
+        if not (directory / which).is_dir():
+            print(f"{directory / which}: none saved")
+            continue
         actor, _ = load_checkpoint(directory / which, template)
         ev = final_races(actor)
         events = run_events(ev, 0, dt)
@@ -185,6 +188,8 @@ def anatomy_of_saved(args, directory: Path, template, final_assessment, final_ra
             raise SystemExit(f"{which}: {len(events)} at-fault onsets against the assessment's {at_fault}: "
                              "the races were not reproduced")
         rows.append(agent_row(which, args.seed, args.races, events))
+    if not rows:
+        raise SystemExit(f"{directory}: no saved actor (final/ or kept/) to look at")
     print(f"{directory}: {args.races} races from P8, AI skill {SKILL}")
     print_agent_rows(rows)
     print(f"wrote {write_results(f'contact_anatomy-{args.tag}', rows)}")
