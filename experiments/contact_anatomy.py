@@ -8,7 +8,9 @@ final agent, takes every onset of an at-fault contact (the ego car runs into the
 another car) and records: the seconds since the start, the lap, the ego car's place
 before it, its speed, how fast it was closing on the car ahead over the second before
 (from `gap_ahead`), and its pedal (throttle_brake) over that second. Prints the onsets
-by phase of the race and by closing speed, per agent; writes
+by phase of the race and by closing speed, per agent, and by corner of the circuit (each
+onset belongs to the next corner whose apex is at most 100 m behind it; a corner is a
+minimum of the reference speed, 12% under the fastest of the 300 m before); writes
 results/contact_anatomy.json (`--tag` adds a suffix).
 """
 
@@ -30,6 +32,7 @@ from jaxrace.envs.rollouts import onset_steps
 
 PHASES = ((0.0, 10.0, "first 10 s"), (10.0, 30.0, "10-30 s"), (30.0, 1e9, "after 30 s"))
 LOOKBACK = 10  # agent steps (1 s at 10 Hz)
+PAST_APEX = 100.0  # m: an onset this far past an apex still belongs to that corner (its exit)
 
 
 def anatomy(view, actions: np.ndarray, dt: float) -> list[dict]:
@@ -42,6 +45,7 @@ def anatomy(view, actions: np.ndarray, dt: float) -> list[dict]:
         closing = (gap[t0] - gap[t - 1]) / max((t - 1 - t0) * dt, dt) if t >= 2 else float("nan")
         pedal = actions[t0:t, 1] if t > 0 else actions[:1, 1]
         out.append({"time": float(np.asarray(view.time)[t]), "lap": int(np.asarray(view.laps)[t]),
+                    "lap_fraction": float(np.asarray(view.lap_progress)[t]),
                     "rank_before": int(np.asarray(view.rank)[max(t - 1, 0)]),
                     "speed": float(np.asarray(view.speed)[t - 1 if t else 0]),
                     "closing_speed": float(closing), "mean_pedal": float(np.mean(pedal)),
@@ -79,6 +83,54 @@ def print_agent_rows(rows: list[dict]) -> None:
                 [[r["candidate"], r["at_fault_onsets"], *[r[f"onsets {p[2]}"] for p in PHASES],
                   "-" if r["median_closing_speed"] is None else f"{r['median_closing_speed']:.1f}",
                   pct(r["share_braked_in_last_second"]), pct(r["share_in_first_place_or_second"])] for r in rows])
+
+
+def corners(s: np.ndarray, ref_speed: np.ndarray, length: float, window: float = 150.0,
+            min_drop: float = 0.12) -> list[dict]:
+    """The circuit's corners in lap order, [{"name": "T1", "apex": m, "apex_kmh": km/h}]: the stations
+    (s f32[N] m, ref_speed f32[N] m/s) where the reference speed is lowest within +-`window` m
+    and at least `min_drop` under the fastest of the 2 x `window` m before."""
+    n = len(s)
+    w = max(1, int(window * n / length))
+    apexes: list[int] = []
+    for i in range(n):
+        around = ref_speed[np.arange(i - w, i + w + 1) % n]
+        if ref_speed[i] > around.min() or (apexes and i - apexes[-1] < w):
+            continue
+        if ref_speed[i] < (1.0 - min_drop) * ref_speed[np.arange(i - 2 * w, i + 1) % n].max():
+            apexes.append(i)
+    return [{"name": f"T{k + 1}", "apex": round(float(s[i]), 1), "apex_kmh": round(float(ref_speed[i]) * 3.6)}
+            for k, i in enumerate(apexes)]
+
+
+def add_corners(rows: list[dict], turns: list[dict], length: float) -> None:
+    """Adds to each agent row "corners": per corner of `turns`, its apex, the onsets there and how
+    many came before the apex (braking in)."""
+    apex = np.array([c["apex"] for c in turns])
+    for row in rows:
+        where: dict[str, list[float]] = {c["name"]: [] for c in turns}
+        for e in row["events"] if turns else ():
+            ahead = (apex - e["lap_fraction"] * length + PAST_APEX) % length  # m to each apex, + PAST_APEX
+            k = int(np.argmin(ahead))
+            where[turns[k]["name"]].append(float(ahead[k]) - PAST_APEX)
+        row["corners"] = [{**c, "onsets": len(where[c["name"]]),
+                           "before_apex": sum(x > 0 for x in where[c["name"]])} for c in turns]
+
+
+def print_corner_rows(rows: list[dict]) -> None:
+    if not rows or not rows[0]["corners"]:
+        return
+    print_table(["agent", *[f"{c['name']} ({c['apex']:.0f} m, {c['apex_kmh']} km/h)" for c in rows[0]["corners"]]],
+                [[r["candidate"], *[f"{c['onsets']} ({c['before_apex']} in)" for c in r["corners"]]] for r in rows])
+    print("(at-fault onsets at each corner; in brackets those before its apex, braking in)")
+
+
+def track_corners(tracks) -> tuple[list[dict], float]:
+    """(corners, length m) of the first track of `tracks` (a Track, or stacked Tracks)."""
+    s = np.asarray(tracks.s).reshape(-1, np.shape(tracks.s)[-1])[0]
+    speed = np.asarray(tracks.ref_speed).reshape(-1, np.shape(tracks.ref_speed)[-1])[0]
+    length = float(np.ravel(tracks.length)[0])
+    return corners(s, speed, length), length
 
 
 def draw(path: str, names: list[str], metrics, track: dict, size: int = 300) -> None:
@@ -133,6 +185,8 @@ def main() -> None:
             for r, info in enumerate(runs)]
     print(f"{args.run_dir}: {config.final_races} races from P{config.opponents + 1}, AI skill {config.ai_skill}")
     print_agent_rows(rows)
+    add_corners(rows, *track_corners(e.race_params.tracks))
+    print_corner_rows(rows)
     if args.svg:
         draw(args.svg, [info["candidate"] for info in runs], ev.metrics, centre_line(e.race_params))
         print(f"wrote {args.svg}")

@@ -138,13 +138,14 @@ def plot_curve(path, curve, evals, ref_lap):
 
 
 def assess_saved(args, directory: Path, template, final_assessment, track_name: str, final_races=None,
-                 dt: float = 0.1) -> None:
+                 dt: float = 0.1, track=None) -> None:
     """Assesses the final and the kept actor a run saved (a run cut off before its own assessment).
 
     With `final_races` (actor -> the `evaluate` result of the assessment's races) and
-    `--anatomy`, only the at-fault contacts of those races are looked at (contact_anatomy.py)."""
+    `--anatomy`, only the at-fault contacts of those races are looked at (contact_anatomy.py), also
+    by corner of `track`."""
     if args.anatomy:
-        return anatomy_of_saved(args, directory, template, final_assessment, final_races, dt)
+        return anatomy_of_saved(args, directory, template, final_assessment, final_races, dt, track)
     rows = []
     for which in ("final", "kept"):
         if not (directory / which).is_dir():
@@ -170,10 +171,10 @@ def assess_saved(args, directory: Path, template, final_assessment, track_name: 
     print(f"wrote {write_results(name, rows)}")
 
 
-def anatomy_of_saved(args, directory: Path, template, final_assessment, final_races, dt: float) -> None:
-    """When, at what closing speed and pedal the saved actors' at-fault contacts of the 20 races begin;
-    writes results/contact_anatomy-<tag>.json."""
-    from contact_anatomy import agent_row, print_agent_rows, run_events
+def anatomy_of_saved(args, directory: Path, template, final_assessment, final_races, dt: float, track) -> None:
+    """When, where (at which corner of `track`), at what closing speed and pedal the saved actors'
+    at-fault contacts of the 20 races begin; writes results/contact_anatomy-<tag>.json."""
+    from contact_anatomy import add_corners, agent_row, print_agent_rows, print_corner_rows, run_events, track_corners
 
     rows = []
     for which in ("final", "kept"):
@@ -192,6 +193,8 @@ def anatomy_of_saved(args, directory: Path, template, final_assessment, final_ra
         raise SystemExit(f"{directory}: no saved actor (final/ or kept/) to look at")
     print(f"{directory}: {args.races} races from P8, AI skill {SKILL}")
     print_agent_rows(rows)
+    add_corners(rows, *track_corners(track))
+    print_corner_rows(rows)
     print(f"wrote {write_results(f'contact_anatomy-{args.tag}', rows)}")
 
 
@@ -494,7 +497,7 @@ def main() -> None:
     state = committed(init(k_init, hparams, 0))  # else the second chunk compiles again
     if args.assess:
         return assess_saved(args, Path(args.assess), state.policy_actor, final_assessment, track_name, final_races,
-                            float(race_env.static.dt))
+                            float(race_env.static.dt), race_params.tracks)
     keep.start(jax.tree.map(lambda x: x[None], state.policy_actor))
     curve, chunks = [], 0
     chunk_s = eval_s = 0.0
