@@ -267,12 +267,12 @@ def test_opponents_in_the_track_frame_on_the_grid():
 
 def test_opponent_accel_adds_each_slots_brake_lights():
     """opponent_accel: a sixth number per slot, the car's longitudinal acceleration / 20 m/s^2."""
-    # The cars' state does not depend on what the observation shows: one env drives them.
+    # The cars' state does not depend on what the observation shows: one env places them
+    # (random places round the lap), and each car gets its own acceleration, braking or not.
     driver, params = jaxrace.make(track="club", num_opponents=7, start="random")
     _, state = jax.jit(driver.reset)(jax.random.key(0), params)
-    step = jax.jit(driver.step)
-    for _ in range(12):  # cars at random places and speeds: some brake, some accelerate
-        _, state, *_ = step(jax.random.key(1), state, jnp.array([0.0, 0.3]), params)
+    ax = np.array([1.0, -24.5, 3.25, -7.0, 12.0, -0.5, 6.75, -15.0], np.float32)
+    state = _set_cars(state, ax=jnp.asarray(ax))
     for frame in ("car", "track"):
         plain_env, _ = jaxrace.make(track="club", num_opponents=7, start="random", opponent_frame=frame)
         env, _ = jaxrace.make(track="club", num_opponents=7, start="random", opponent_frame=frame,
@@ -291,9 +291,7 @@ def test_opponent_accel_adds_each_slots_brake_lights():
             along = (c.arc[1:] - c.arc[0] + length / 2) % length - length / 2
             dist = np.hypot(along, c.lateral[1:] - c.lateral[0])
         nearest = 1 + np.argsort(dist)[:6]
-        ax = np.asarray(state.cars.ax)
-        assert np.ptp(ax[1:]) > 0.5 and np.abs(ax[1:]).max() > 2.0  # a test that could fail
-        assert float(state.time) > 1.1  # no episode ended (a fresh one would stand still)
+        assert list(nearest) != sorted(nearest)  # nearest first, not in index order
         np.testing.assert_allclose(slots[:, 5], ax[nearest] / 20.0, rtol=1e-6)
         # Absent cars' slots are zeros, their acceleration too.
         obs = observe(state.replace(active=jnp.arange(8) < 3), params)
