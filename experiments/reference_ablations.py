@@ -155,6 +155,8 @@ ABLATIONS = (
                  "dropped: more at-fault contacts on both seeds (+1.3, +1.0), places further back"),
     _on_margin03("corner starts 0.5 (half the packs in formation before a braking zone), on the 0.3 m edge",
                  "-corner05", "dropped: more at-fault contacts on both seeds (+0.5, +1.7 per race)"),
+    _on_margin03("10-step returns (against 5), on the 0.3 m edge", "-nstep10",
+                 "dropped: more at-fault contacts on both seeds (+1.5, +0.4 per race); seed 2 worse in every column"),
     _vs_averaged("a quarter of the envs drive on after a course-out", "-keepgoing025", (2, 3),
                  "dropped: leaves the track more"),
     _vs_averaged("a quarter of the random starts off the track", "-offtrack025", (2, 3, 1),
