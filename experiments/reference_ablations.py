@@ -157,6 +157,8 @@ ABLATIONS = (
                  "-corner05", "dropped: more at-fault contacts on both seeds (+0.5, +1.7 per race)"),
     _on_margin03("10-step returns (against 5), on the 0.3 m edge", "-nstep10",
                  "dropped: more at-fault contacts on both seeds (+1.5, +0.4 per race); seed 2 worse in every column"),
+    _on_margin03("brake lights in the observation, on the 0.3 m edge", "-accel",
+                 "dropped: more at-fault contacts on both seeds (+0.5, +1.1 per race); seed 2 2.9 places back"),
     _vs_averaged("a quarter of the envs drive on after a course-out", "-keepgoing025", (2, 3),
                  "dropped: leaves the track more"),
     _vs_averaged("a quarter of the random starts off the track", "-offtrack025", (2, 3, 1),
