@@ -137,6 +137,16 @@ def plot_curve(path, curve, evals, ref_lap):
     fig.savefig(path, dpi=100)
 
 
+def saved_actors(directory: Path, template):
+    """(which, actor, step) of the final and the kept actor a run saved under `directory`; a missing
+    one is named and skipped."""
+    for which in ("final", "kept"):
+        if not (directory / which).is_dir():
+            print(f"{directory / which}: none saved")
+            continue
+        yield (which, *load_checkpoint(directory / which, template))
+
+
 def assess_saved(args, directory: Path, template, final_assessment, track_name: str, final_races=None,
                  dt: float = 0.1, track=None) -> None:
     """Assesses the final and the kept actor a run saved (a run cut off before its own assessment).
@@ -147,11 +157,7 @@ def assess_saved(args, directory: Path, template, final_assessment, track_name: 
     if args.anatomy:
         return anatomy_of_saved(args, directory, template, final_assessment, final_races, dt, track)
     rows = []
-    for which in ("final", "kept"):
-        if not (directory / which).is_dir():
-            print(f"{directory / which}: none saved")
-            continue
-        actor, step = load_checkpoint(directory / which, template)
+    for which, actor, step in saved_actors(directory, template):
         a = final_assessment(actor)
         prefix = f"{track_name}: " + ("" if which == "final" else "kept checkpoint: ")
         if which == "kept":
@@ -177,11 +183,7 @@ def anatomy_of_saved(args, directory: Path, template, final_assessment, final_ra
     from contact_anatomy import add_corners, agent_row, print_agent_rows, print_corner_rows, run_events, track_corners
 
     rows = []
-    for which in ("final", "kept"):
-        if not (directory / which).is_dir():
-            print(f"{directory / which}: none saved")
-            continue
-        actor, _ = load_checkpoint(directory / which, template)
+    for which, actor, _ in saved_actors(directory, template):
         ev = final_races(actor)
         events = run_events(ev, 0, dt)
         at_fault = final_assessment(actor).at_fault
