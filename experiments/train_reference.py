@@ -21,7 +21,9 @@ or, with `--pack-gap G`, bunched G m apart; each env's AI cars get their own agg
 Every `--eval-every` chunks the policy also runs a time trial and `--select-races` races
 on other fields than those of step 2; the best of those checkpoints by a racing score
 (`racing_score`) is
-the kept checkpoint, assessed beside the final policy. Writes results/train_reference.json
+the kept checkpoint, assessed beside the final policy (with `--save DIR --save-evaluated`
+every evaluated checkpoint is saved too, and `--assess DIR --hindsight` assesses them all and
+the checkpoint each selection rule would keep: checkpoint_hindsight.py). Writes results/train_reference.json
 and .png (with `--tag T`: train_reference-T.json and .png, for variants).
 Pin a run to one core with `taskset -c 0` to train two seeds side by side: the rows
 record the cores used. `--steps N` also stops at N env steps (to compare actors at equal
@@ -286,6 +288,13 @@ def main() -> None:
                         help="write the final and the kept actor's parameters under this directory (orbax)")
     parser.add_argument("--assess", default=None, metavar="DIR",
                         help="no training: assess the actors a run saved with --save DIR (same options and seed)")
+    parser.add_argument("--save-evaluated", action="store_true",
+                        help="with --save: also write every evaluated checkpoint's actor under DIR/evaluated/, for "
+                             "--assess DIR --hindsight")
+    parser.add_argument("--hindsight", action="store_true",
+                        help="with --assess DIR of a --save-evaluated run: every evaluated checkpoint on the 20 "
+                             "assessment races, and which checkpoint each selection rule would have kept "
+                             "(checkpoint_hindsight.py), into results/checkpoint_hindsight-<tag>.json")
     parser.add_argument("--anatomy", action="store_true",
                         help="with --assess: when and how the saved actors' at-fault contacts in the 20 races begin "
                              "(experiments/contact_anatomy.py), into results/contact_anatomy-<tag>.json")
@@ -325,8 +334,10 @@ def main() -> None:
     args = parser.parse_args()
     if not 0.0 <= args.grid_prob <= 1.0:
         parser.error(f"--grid-prob must be in [0, 1], got {args.grid_prob}")
-    if args.anatomy and not args.assess:
-        parser.error("--anatomy looks at saved actors: it needs --assess DIR")
+    if (args.anatomy or args.hindsight) and not args.assess:
+        parser.error("--anatomy and --hindsight look at saved actors: they need --assess DIR")
+    if args.save_evaluated and not args.save:
+        parser.error("--save-evaluated writes under the --save directory: it needs --save DIR")
     if not 0.0 <= args.ai_skill_spread < 0.5:
         parser.error(f"--ai-skill-spread must be in [0, 0.5), got {args.ai_skill_spread}")
     if not 0.0 <= args.corner_prob <= 1.0:
@@ -438,8 +449,13 @@ def main() -> None:
 
     def score(epoch, actors):
         a = assess(trainer, actors, ref_lap, jax.random.fold_in(k_select, epoch), **judge)[0]
-        evals.append(dict(steps=epoch * steps_per_epoch, lap=a.lap, outs=a.lap_outs, races=a.races,
+        if args.save_evaluated:  # (a failed save stops the run: --hindsight needs every checkpoint)
+            save_checkpoint(Path(args.save) / "evaluated" / f"epoch{epoch:06d}",
+                            jax.tree.map(lambda x: x[0], actors), epoch)
+        evals.append(dict(steps=epoch * steps_per_epoch, epoch=epoch, lap=a.lap, outs=a.lap_outs, races=a.races,
                           mean_position=float(np.mean(a.positions)) if a.positions else None,
+                          median_position=float(np.median(a.positions)) if a.positions else None,
+                          met=a.met(),
                           at_fault=a.at_fault, race_outs=a.course_outs, score=racing_score(a),
                           action_change=None if a.action_change is None else [round(c, 5) for c in a.action_change]))
         return np.array([evals[-1]["score"]])
@@ -497,6 +513,14 @@ def main() -> None:
 
     t0 = time.perf_counter()
     state = committed(init(k_init, hparams, 0))  # else the second chunk compiles again
+    if args.assess and args.hindsight:
+        from checkpoint_hindsight import hindsight
+
+        def assess_many(actors):  # the final assessment's time trial and races, for a stack of actors
+            return assess(trainer, actors, ref_lap, k_eval, tt_env=tt_env, tt_params=tt_params, tt_steps=tt_steps,
+                          race_env=race_env, race_fields=final_fields, race_steps=race_steps)
+
+        return hindsight(Path(args.assess), state.policy_actor, assess_many, ref_lap, args.tag)
     if args.assess:
         return assess_saved(args, Path(args.assess), state.policy_actor, final_assessment, track_name, final_races,
                             float(race_env.static.dt), race_params.tracks)

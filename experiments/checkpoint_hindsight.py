@@ -1,0 +1,108 @@
+"""Which checkpoint a selection rule keeps, against every checkpoint judged in hindsight.
+
+Not run by itself: `train_reference.py --assess DIR --hindsight` (same options and seed as the
+run, which was trained with `--save DIR --save-evaluated`) calls `hindsight`. Every evaluated
+checkpoint is assessed on the 20 assessment races and the time trial, which did not choose
+it; the run's own checkpoint evaluations (16 selection races each, in its results JSON) are
+what each rule sees. The rules:
+
+- *racing score*: the lowest `racing_score` on the selection races (what `KeepBest` keeps);
+- *most targets*: the most of issue 16's four targets met on the selection races, ties to
+  the lower racing score;
+- *last*: the last evaluated checkpoint;
+- *hindsight*: the most targets met on the assessment races themselves, ties to the lower
+  racing score there (an upper bound no rule can reach: it looks at the answer).
+
+If no checkpoint meets the targets in hindsight, choosing better cannot help and training
+must; if some do and the rules miss them, the selection is the lever. Host-side.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import scipy.stats
+from common import RESULTS, print_table, write_results
+
+from jaxrace.agents.checkpoint import load_checkpoint
+from jaxrace.agents.selection import Assessment, racing_score
+
+# Checkpoints raced together. One at a time: a stack of actors rounds its networks' sums otherwise, and
+# the races drift apart (on the oval, a kept checkpoint's 23 course-outs in 3 races became 20 in a stack
+# of 4); alone, each checkpoint's races are those its run's own assessment raced.
+GROUP = 1
+
+
+def run_evaluations(tag: str) -> list[dict]:
+    """The run's checkpoint evaluations from results/train_reference-<tag>.json."""
+    path = RESULTS / f"train_reference{'-' + tag if tag else ''}.json"
+    if not path.exists():
+        raise SystemExit(f"{path}: no results of the run (--tag must be the run's)")
+    rows = [r for r in json.loads(path.read_text())["rows"] if r["name"].endswith("checkpoint evaluations")]
+    if not rows or not rows[0]["value"] or "met" not in rows[0]["value"][0]:
+        raise SystemExit(f"{path}: no checkpoint evaluations with targets met (a run before --save-evaluated)")
+    return rows[0]["value"]
+
+
+def rule_choices(evals: list[dict], assessed: list[dict]) -> dict[str, int]:
+    """Index of the checkpoint each rule keeps (`evals` and `assessed` in the same, epoch, order)."""
+    first_min = lambda keys: min(range(len(keys)), key=lambda i: (keys[i], i))  # noqa: E731 (KeepBest: first on ties)
+    return {
+        "racing score": first_min([e["score"] for e in evals]),
+        "most targets": first_min([(-sum(e["met"].values()), e["score"]) for e in evals]),
+        "last": len(evals) - 1,
+        "hindsight": first_min([(-a["targets_met"], a["score"]) for a in assessed]),
+    }
+
+
+def assessed_row(epoch: int, steps: int, a: Assessment) -> dict:
+    met = a.met()
+    return {"epoch": epoch, "steps": steps, "targets_met": sum(met.values()), "met": met,
+            "score": round(racing_score(a), 3), "median_position": float(np.median(a.positions)),
+            "at_fault_per_race": a.at_fault / a.races, "course_outs_per_race": a.course_outs / a.races,
+            "lap_gap": None if a.lap_gap is None else round(a.lap_gap, 2), "lap_outs": a.lap_outs}
+
+
+def hindsight(directory: Path, template, assess_many, ref_lap: float, tag: str) -> None:
+    """Assesses every checkpoint under `directory`/evaluated with `assess_many(stacked actors) ->
+    [Assessment]` and writes results/checkpoint_hindsight-<tag>.json."""
+    import jax
+
+    evals = run_evaluations(tag)
+    saved = sorted((directory / "evaluated").glob("epoch*"))
+    by_epoch = {int(p.name.removeprefix("epoch")): p for p in saved}
+    missing = [e["epoch"] for e in evals if e["epoch"] not in by_epoch]
+    if missing:
+        raise SystemExit(f"{directory}/evaluated: no saved actor for the evaluated epochs {missing}")
+    assessed = []
+    for start in range(0, len(evals), GROUP):
+        group = evals[start:start + GROUP]
+        actors = [load_checkpoint(by_epoch[e["epoch"]], template)[0] for e in group]
+        stacked = jax.tree.map(lambda *xs: np.stack(xs), *actors)
+        for e, a in zip(group, assess_many(stacked), strict=True):
+            assessed.append(assessed_row(e["epoch"], e["steps"], a))
+        print(f"assessed {len(assessed)} of {len(evals)} checkpoints", flush=True)
+    choices = rule_choices(evals, assessed)
+    print_table(["epoch", "selection: score", "targets met", "assessment: score", "targets met", "median",
+                 "at fault/race", "outs/race", "lap gap %", "TT outs"],
+                [[a["epoch"], round(e["score"], 2), sum(e["met"].values()), a["score"], a["targets_met"],
+                  a["median_position"], a["at_fault_per_race"], a["course_outs_per_race"], a["lap_gap"],
+                  a["lap_outs"]] for e, a in zip(evals, assessed, strict=True)])
+    rule_rows = [[rule, assessed[i]["epoch"], assessed[i]["targets_met"], assessed[i]["score"]]
+                 for rule, i in choices.items()]
+    print_table(["rule", "kept epoch", "assessment: targets met", "assessment: score"], rule_rows)
+    rho = scipy.stats.spearmanr([e["score"] for e in evals], [a["score"] for a in assessed]).statistic
+    print(f"rank correlation of the selection and the assessment racing scores: {rho:.2f}")
+    rows = [{"name": f"{rule}: kept checkpoint, targets met on the assessment races", "value": met,
+             "unit": "targets", "epoch": epoch, "score": score} for rule, epoch, met, score in rule_rows]
+    rows += [{"name": "checkpoints meeting k targets on the assessment races (k = 0..4)", "unit": "count",
+              "value": [sum(a["targets_met"] == k for a in assessed) for k in range(5)]},
+             {"name": "rank correlation, selection vs assessment racing score (Spearman)", "unit": "rho",
+              "value": round(float(rho), 3)},
+             {"name": "every checkpoint: the selection races and the assessment", "unit": "list",
+              "value": [{"selection": e, "assessment": a} for e, a in zip(evals, assessed, strict=True)]},
+             {"name": "reference lap", "value": round(ref_lap, 2), "unit": "s"},
+             {"name": "saved actors", "value": str(directory), "unit": "path"}]
+    print(f"wrote {write_results(f'checkpoint_hindsight-{tag}', rows)}")
