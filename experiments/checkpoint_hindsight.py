@@ -14,7 +14,11 @@ what each rule sees. The rules:
   racing score there (an upper bound no rule can reach: it looks at the answer).
 
 If no checkpoint meets the targets in hindsight, choosing better cannot help and training
-must; if some do and the rules miss them, the selection is the lever. Host-side.
+must; if some do and the rules miss them, the selection is the lever. Each checkpoint races
+alone, as the run's own assessment did: raced as a stack of actors, their networks' sums round
+otherwise and the races drift apart (on the oval, a kept checkpoint's 23 course-outs in 3 races
+became 20 in a stack of 4). A checkpoint whose save failed in training is named, and nothing is
+assessed. Host-side.
 """
 
 from __future__ import annotations
@@ -28,11 +32,6 @@ from common import RESULTS, print_table, write_results
 
 from jaxrace.agents.checkpoint import load_checkpoint
 from jaxrace.agents.selection import Assessment, racing_score
-
-# Checkpoints raced together. One at a time: a stack of actors rounds its networks' sums otherwise, and
-# the races drift apart (on the oval, a kept checkpoint's 23 course-outs in 3 races became 20 in a stack
-# of 4); alone, each checkpoint's races are those its run's own assessment raced.
-GROUP = 1
 
 
 def run_evaluations(tag: str) -> list[dict]:
@@ -65,11 +64,9 @@ def assessed_row(epoch: int, steps: int, a: Assessment) -> dict:
             "lap_gap": None if a.lap_gap is None else round(a.lap_gap, 2), "lap_outs": a.lap_outs}
 
 
-def hindsight(directory: Path, template, assess_many, ref_lap: float, tag: str) -> None:
-    """Assesses every checkpoint under `directory`/evaluated with `assess_many(stacked actors) ->
-    [Assessment]` and writes results/checkpoint_hindsight-<tag>.json."""
-    import jax
-
+def hindsight(directory: Path, template, final_assessment, ref_lap: float, tag: str) -> None:
+    """Assesses every checkpoint under `directory`/evaluated with `final_assessment(actor) -> Assessment`
+    (the run's own assessment) and writes results/checkpoint_hindsight-<tag>.json."""
     evals = run_evaluations(tag)
     saved = sorted((directory / "evaluated").glob("epoch*"))
     by_epoch = {int(p.name.removeprefix("epoch")): p for p in saved}
@@ -77,12 +74,9 @@ def hindsight(directory: Path, template, assess_many, ref_lap: float, tag: str) 
     if missing:
         raise SystemExit(f"{directory}/evaluated: no saved actor for the evaluated epochs {missing}")
     assessed = []
-    for start in range(0, len(evals), GROUP):
-        group = evals[start:start + GROUP]
-        actors = [load_checkpoint(by_epoch[e["epoch"]], template)[0] for e in group]
-        stacked = jax.tree.map(lambda *xs: np.stack(xs), *actors)
-        for e, a in zip(group, assess_many(stacked), strict=True):
-            assessed.append(assessed_row(e["epoch"], e["steps"], a))
+    for e in evals:  # one at a time: see the module's docstring
+        a = final_assessment(load_checkpoint(by_epoch[e["epoch"]], template)[0])
+        assessed.append(assessed_row(e["epoch"], e["steps"], a))
         print(f"assessed {len(assessed)} of {len(evals)} checkpoints", flush=True)
     choices = rule_choices(evals, assessed)
     print_table(["epoch", "selection: score", "targets met", "assessment: score", "targets met", "median",

@@ -449,9 +449,13 @@ def main() -> None:
 
     def score(epoch, actors):
         a = assess(trainer, actors, ref_lap, jax.random.fold_in(k_select, epoch), **judge)[0]
-        if args.save_evaluated:  # (a failed save stops the run: --hindsight needs every checkpoint)
-            save_checkpoint(Path(args.save) / "evaluated" / f"epoch{epoch:06d}",
-                            jax.tree.map(lambda x: x[0], actors), epoch)
+        if args.save_evaluated:
+            try:
+                save_checkpoint(Path(args.save) / "evaluated" / f"epoch{epoch:06d}",
+                                jax.tree.map(lambda x: x[0], actors), epoch)
+            except Exception as err:  # noqa: BLE001 (a failed save must not cost the training; --hindsight names it)
+                print(f"could not save the actor of epoch {epoch} to {args.save}/evaluated "
+                      f"({type(err).__name__}: {err}); training on", flush=True)
         evals.append(dict(steps=epoch * steps_per_epoch, epoch=epoch, lap=a.lap, outs=a.lap_outs, races=a.races,
                           mean_position=float(np.mean(a.positions)) if a.positions else None,
                           median_position=float(np.median(a.positions)) if a.positions else None,
@@ -516,11 +520,7 @@ def main() -> None:
     if args.assess and args.hindsight:
         from checkpoint_hindsight import hindsight
 
-        def assess_many(actors):  # the final assessment's time trial and races, for a stack of actors
-            return assess(trainer, actors, ref_lap, k_eval, tt_env=tt_env, tt_params=tt_params, tt_steps=tt_steps,
-                          race_env=race_env, race_fields=final_fields, race_steps=race_steps)
-
-        return hindsight(Path(args.assess), state.policy_actor, assess_many, ref_lap, args.tag)
+        return hindsight(Path(args.assess), state.policy_actor, final_assessment, ref_lap, args.tag)
     if args.assess:
         return assess_saved(args, Path(args.assess), state.policy_actor, final_assessment, track_name, final_races,
                             float(race_env.static.dt), race_params.tracks)
