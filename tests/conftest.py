@@ -61,6 +61,26 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: -LONGEST_MODULES_S.get(os.path.relpath(item.path, tests).replace(os.sep, "/"), 0))
 
 
+# XLA:CPU's older fusion emitters compile the loop's programs in about two thirds of the time
+# (its race programs in half) and run them as fast (experiments/bench_loop_emitters.py). A tiny
+# loop spends most of its time compiling, and what the loop tests check (stages, files, resuming,
+# two processes) does not depend on how XLA emits a fusion, so their subprocesses use them.
+LOOP_XLA_OPTION = "xla_cpu_use_fusion_emitters"
+
+
+def _xla_knows(option: str) -> bool:
+    """Whether this XLA accepts the compile option (an unknown flag in XLA_FLAGS aborts a process)."""
+    import jax
+
+    try:
+        jax.jit(lambda: 0).lower().compile({option: False})
+    except jax.errors.JaxRuntimeError as e:
+        if "No such compile option" in str(e):
+            return False
+        raise
+    return True
+
+
 @pytest.fixture(scope="session")
 def loop_cache(tmp_path_factory):
     """JAXRACE_CACHE_DIR for every test that runs the loop in a subprocess: their compiled
@@ -71,6 +91,16 @@ def loop_cache(tmp_path_factory):
         shared.mkdir(exist_ok=True)
         return shared
     return tmp_path_factory.mktemp("loop-cache")
+
+
+@pytest.fixture(scope="session")
+def loop_env(loop_cache):
+    """The environment of a `jaxrace design` subprocess in the tests: the shared loop cache, the
+    CPU, and XLA's older fusion emitters where this XLA has them (see LOOP_XLA_OPTION)."""
+    env = {**os.environ, "JAXRACE_CACHE_DIR": str(loop_cache), "JAX_PLATFORMS": "cpu"}
+    if _xla_knows(LOOP_XLA_OPTION):
+        env["XLA_FLAGS"] = f"{env.get('XLA_FLAGS', '')} --{LOOP_XLA_OPTION}=false".strip()
+    return env
 
 
 @pytest.fixture(scope="session")

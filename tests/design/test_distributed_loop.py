@@ -4,7 +4,6 @@ and every training job whose runs split over both processes' devices spans them 
 iteration, no bootstrap."""
 
 import json
-import os
 import socket
 import subprocess
 import sys
@@ -19,15 +18,14 @@ CHANGES = {"iterations": 1, "n": 2, "bootstrap_races": 0}
 TINY = "".join(f"{k} = {CHANGES.get(k, v)}\n" for k, v in tomllib.loads(LOOP_TINY).items())
 
 
-def test_two_processes_run_the_loop_and_share_its_training_jobs(tmp_path, loop_cache):
+def test_two_processes_run_the_loop_and_share_its_training_jobs(tmp_path, loop_env):
     config = tmp_path / "tiny.toml"
     config.write_text(TINY)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     run = tmp_path / "run"
-    env = {**os.environ, "JAXRACE_CACHE_DIR": str(loop_cache), "JAX_PLATFORMS": "cpu",
-           "JAXRACE_COORDINATOR": f"127.0.0.1:{port}", "JAXRACE_NUM_PROCESSES": "2"}
+    env = {**loop_env, "JAXRACE_COORDINATOR": f"127.0.0.1:{port}", "JAXRACE_NUM_PROCESSES": "2"}
     procs = [subprocess.Popen([sys.executable, "-m", "jaxrace.cli", "design", "--config", str(config), "--run-dir",
                                str(run), "--quiet"], env={**env, "JAXRACE_PROCESS_ID": str(i)},
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(2)]
