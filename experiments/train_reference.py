@@ -261,6 +261,9 @@ def main() -> None:
     parser.add_argument("--replay", type=int, default=300_000, help="replay capacity (transitions)")
     parser.add_argument("--no-terminate-on-course-out", dest="terminate_on_course_out", action="store_false",
                         help="keep training episodes going after a course-out (the reward's penalty only)")
+    parser.add_argument("--terminate-on-contact", action="store_true",
+                        help="end a training episode when the ego car runs into the back of another car, as a "
+                             "course-out ends it (the races go on after contacts)")
     parser.add_argument("--keep-going", type=float, default=0.0, metavar="SHARE",
                         help="share of the training envs, alone and in traffic alike, whose episodes go on after a "
                              "course-out (the reward's penalty only), so the agent learns to rejoin the track")
@@ -374,7 +377,8 @@ def main() -> None:
     env, params = jaxrace.make(track=track, start=args.start, laps=1000, time_limit=1.6 * ref_lap, **look,
                                terminate_on_course_out=args.terminate_on_course_out, grid_start_prob=args.grid_prob,
                                corner_start_prob=args.corner_prob, offtrack_start_prob=args.offtrack_start,
-                               course_out_margin=args.train_course_out_margin)
+                               course_out_margin=args.train_course_out_margin,
+                               terminate_on_contact=args.terminate_on_contact)
     params = setup(env, params, SKILL, args.steer_lock_speed)
     num_envs = args.envs
     key = jax.random.key(args.seed)

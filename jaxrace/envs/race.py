@@ -86,6 +86,7 @@ class RaceEnv:
             time_limit=jnp.float32(600.0),
             course_out_margin=jnp.float32(1.0),
             terminate_on_course_out=jnp.bool_(False),
+            terminate_on_contact=jnp.bool_(False),
             random_start_speed=jnp.array([0.3, 0.9], jnp.float32),
             random_start_gap=jnp.float32(0.0),
             grid_start_prob=jnp.float32(0.0),
@@ -315,7 +316,8 @@ class RaceEnv:
         off_since_start = state.off_since_start & view.off_course
         next_state = next_state.replace(view=view, off_since_start=off_since_start)
         reward = view.progress - state.view.progress
-        terminated = view.finished | (params.terminate_on_course_out & view.off_course & ~off_since_start)
+        terminated = (view.finished | (params.terminate_on_course_out & view.off_course & ~off_since_start)
+                      | (params.terminate_on_contact & view.hit_other_from_behind))
         truncated = (time >= params.time_limit) & ~terminated
         info = {"view": view, "bad_action": bad, "bad_action_count": next_state.bad_actions}
         obs = observation(s, next_state, params, ts)

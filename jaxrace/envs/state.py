@@ -93,6 +93,7 @@ class EnvParams:
     time_limit: jax.Array  # f32, s, truncation
     course_out_margin: jax.Array  # f32, m beyond the edge that counts as a course-out
     terminate_on_course_out: jax.Array  # bool: an episode ends at a course-out (not while an off-track start is off)
+    terminate_on_contact: jax.Array  # bool: an episode ends when the ego car runs into the back of another car
     random_start_speed: jax.Array  # f32[2], random starts: speed range / reference speed
     random_start_gap: jax.Array  # f32, random starts: m between consecutive cars (0: spread round the lap)
     grid_start_prob: jax.Array  # f32, random starts: chance an episode starts standing on the grid, ego car last

@@ -402,6 +402,7 @@ def test_course_out_terminates_when_asked(solo):
     assert bool(term[first_off]) and not np.asarray(term[:first_off]).any()
 
 
+
 def test_walls_keep_the_car_in_and_slow_it(solo):
     env, params = solo
     _, state = jax.jit(env.reset)(jax.random.key(0), params)
@@ -440,6 +441,33 @@ def test_rear_end_contact_records_who_hit_whom():
     assert float(state.cars.body.vx[1]) > 20.5 and float(state.cars.body.vx[0]) < 29.0
     assert float(state.cars.arc[1] - state.cars.arc[0]) >= float(params.car.length) - 0.3
 
+
+def test_rear_end_contact_terminates_when_asked():
+    """`terminate_on_contact` ends the episode on the first step the ego car runs into a
+    car's back, and not before."""
+    from jaxrace.envs.track import point_at, track_slice
+
+    env, params = jaxrace.make(track="oval", num_opponents=1, skill=jnp.array([1.0, 0.0]))
+    _, state = jax.jit(env.reset)(jax.random.key(0), params)
+    arc = jnp.array([200.0, 212.0])  # ego 12 m behind on the same line, 20 m/s faster
+    xy, station = point_at(track_slice(params.tracks), arc, jnp.zeros(2))
+    body = state.cars.body.replace(x=xy[:, 0], y=xy[:, 1], yaw=params.tracks.heading[station],
+                                   vx=jnp.array([30.0, 10.0]))
+    state = _set_cars(state, body=body, station=station, arc=arc, lateral=jnp.zeros(2), progress=arc)
+
+    def run(p):
+        def body(state, _):
+            obs, state, r, term, trunc, info = env.step_env(jax.random.key(0), state, jnp.array([0.0, 0.5]), p)
+            return state, (term, info["view"].hit_other_from_behind)
+
+        return jax.lax.scan(body, state, None, length=30)[1]
+
+    term, hit = jax.jit(run)(params)
+    first_hit = int(np.argmax(np.asarray(hit)))
+    assert first_hit > 0 and bool(hit[first_hit]) and not np.asarray(term).any()
+    term, hit = jax.jit(run)(params.replace(terminate_on_contact=jnp.bool_(True)))
+    assert int(np.argmax(np.asarray(hit))) == first_hit
+    assert bool(term[first_hit]) and not np.asarray(term[:first_hit]).any()
 
 def test_lane_gap_ahead_is_the_clear_space_to_the_nearest_car_in_our_lane():
     from jaxrace.envs.observation import LANE_RANGE, lane_gap_ahead

@@ -28,7 +28,8 @@ class BraxRaceEnv(Env):
             `AutoResetWrapper` restore it together with the observation.
         reward: f32, metres of progress along the track during the step.
         done: f32, 1 when the episode terminated (race finished, or a course-out when
-            `params.terminate_on_course_out`) or was truncated by `params.time_limit`.
+            `params.terminate_on_course_out`, a rear-end contact when
+            `params.terminate_on_contact`) or was truncated by `params.time_limit`.
         metrics: f32 scalars for brax's episode statistics, which sum them over an
             episode; its evaluator divides the "*_per_step" ones by the episode length.
             "progress" (m along the track this step; sums to the episode's distance),
