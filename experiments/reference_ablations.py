@@ -162,6 +162,8 @@ ABLATIONS = (
     _on_margin03("discount 0.98 (against 0.99), on the 0.3 m edge", "-disc098",
                  "dropped: contacts even (-0.1, +0.2 per race); seed 2 3.2 places back with 3 more course-outs per "
                  "race, seed 3 0.7 forward; in hindsight no checkpoint meets 3 targets"),
+    _on_margin03("training episodes end at an at-fault contact, on the 0.3 m edge", "-contactend",
+                 "dropped: more at-fault contacts on both seeds (+2.0, +0.8 per race), seeds disagree on the rest"),
     _vs_averaged("a quarter of the envs drive on after a course-out", "-keepgoing025", (2, 3),
                  "dropped: leaves the track more"),
     _vs_averaged("a quarter of the random starts off the track", "-offtrack025", (2, 3, 1),
