@@ -164,6 +164,8 @@ ABLATIONS = (
                  "race, seed 3 0.7 forward; in hindsight no checkpoint meets 3 targets"),
     _on_margin03("training episodes end at an at-fault contact, on the 0.3 m edge", "-contactend",
                  "dropped: more at-fault contacts on both seeds (+2.0, +0.8 per race), seeds disagree on the rest"),
+    _on_margin03("replay of 1,000,000 transitions (against 300,000), on the 0.3 m edge", "-replay1m",
+                 "dropped: more at-fault contacts on both seeds (+1.3, +0.1 per race), 1.1-1.3 places further back"),
     _vs_averaged("a quarter of the envs drive on after a course-out", "-keepgoing025", (2, 3),
                  "dropped: leaves the track more"),
     _vs_averaged("a quarter of the random starts off the track", "-offtrack025", (2, 3, 1),
