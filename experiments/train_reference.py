@@ -325,6 +325,9 @@ def main() -> None:
     parser.add_argument("--action-smoothness", type=float, default=0.0, metavar="WEIGHT",
                         help="action smoothing: the actor's loss also pays WEIGHT times the squared change of its "
                              "evaluation action from a state to the next (0: none)")
+    parser.add_argument("--lane-headway", action="store_true",
+                        help="the observation also shows the time headway and closing rate (inverse time to "
+                             "contact) to the car ahead in our lane")
     parser.add_argument("--opponent-accel", action="store_true",
                         help="opponents in the observation also show their longitudinal acceleration (brake lights)")
     parser.add_argument("--pack-gap", type=float, default=0.0,
@@ -373,7 +376,8 @@ def main() -> None:
     # Many laps: episodes end only at the time limit (bootstrapped). With a finish line
     # the return is the fixed lap distance whatever the speed, and nothing rewards pace.
     look = dict(lookahead_points=int(args.lookahead[0]), lookahead_spacing=float(args.lookahead[1]),
-                opponent_frame=args.opponent_frame, opponent_accel=args.opponent_accel, pixels=args.actor == "pixels")
+                opponent_frame=args.opponent_frame, opponent_accel=args.opponent_accel,
+                lane_headway=args.lane_headway, pixels=args.actor == "pixels")
     env, params = jaxrace.make(track=track, start=args.start, laps=1000, time_limit=1.6 * ref_lap, **look,
                                terminate_on_course_out=args.terminate_on_course_out, grid_start_prob=args.grid_prob,
                                corner_start_prob=args.corner_prob, offtrack_start_prob=args.offtrack_start,

@@ -15,11 +15,14 @@ from jaxrace.rewards.api import NO_GAP, RaceView
 PROPRIO_SIZE = 20
 LANE_RANGE = 100.0  # m ahead (centre to centre, beyond a car length) that `lane_gap_ahead` looks
 LANE_MARGIN = 0.5  # m beyond a car width sideways within which a car ahead is in our lane
+HEADWAY_CAP = 3.0  # s: time headways beyond this (or no car in our lane) read as this
+HEADWAY_SIZE = 2  # numbers `lane_headway` adds to the privileged observation
 
 
 def observation_shapes(static: StaticParams) -> dict[str, tuple[int, ...]]:
     """Shapes of the observation dict's entries (float32; "pixels" is uint8)."""
     privileged = 4 * static.lookahead_points + static.slot_size * static.num_slots
+    privileged += HEADWAY_SIZE * static.lane_headway
     shapes = {"proprio": (PROPRIO_SIZE,), "privileged": (privileged,)}
     if static.pixels:
         shapes["pixels"] = (*static.image_size, 3)
@@ -36,11 +39,13 @@ def is_off_course(edge: jax.Array, params: EnvParams) -> jax.Array:
     return edge < -params.course_out_margin
 
 
-def lane_gap_ahead(state: EnvState, params: EnvParams, ts: TrackSlice, car: int = 0) -> jax.Array:
-    """f32 m: clear space from `car`'s nose to the tail of the nearest active car ahead in its lane.
+def lane_car_ahead(state: EnvState, params: EnvParams, ts: TrackSlice, car: int = 0) -> tuple[jax.Array, jax.Array]:
+    """(f32 m, i32): clear space from `car`'s nose to the tail of the nearest active car ahead in
+    its lane, and that car's index.
 
     In its lane: centre ahead along the track by at most LANE_RANGE + a car length, and
-    sideways within a car width + LANE_MARGIN. 0 when touching or alongside; NO_GAP if none.
+    sideways within a car width + LANE_MARGIN. The gap is 0 when touching or alongside;
+    NO_GAP (and index `car`) if there is none.
     """
     c = state.cars
     length, width = params.car.length, params.car.width
@@ -48,7 +53,30 @@ def lane_gap_ahead(state: EnvState, params: EnvParams, ts: TrackSlice, car: int 
     d_side = jnp.abs(c.lateral - c.lateral[car])
     in_lane = (state.active & (jnp.arange(c.arc.shape[0]) != car) & (d_along > 0.0)
                & (d_along <= LANE_RANGE + length) & (d_side < width + LANE_MARGIN))
-    return jnp.min(jnp.where(in_lane, jnp.maximum(d_along - length, 0.0), NO_GAP)).astype(jnp.float32)
+    gaps_ = jnp.where(in_lane, jnp.maximum(d_along - length, 0.0), NO_GAP)
+    ahead = jnp.argmin(gaps_)
+    return gaps_[ahead].astype(jnp.float32), jnp.where(in_lane[ahead], ahead, car).astype(jnp.int32)
+
+
+def lane_gap_ahead(state: EnvState, params: EnvParams, ts: TrackSlice, car: int = 0) -> jax.Array:
+    """f32 m: clear space to the nearest car ahead in `car`'s lane (see `lane_car_ahead`)."""
+    return lane_car_ahead(state, params, ts, car)[0]
+
+
+def lane_headway(state: EnvState, params: EnvParams, ts: TrackSlice) -> jax.Array:
+    """f32[2]: the ego car's time headway to the car ahead in its lane / HEADWAY_CAP (gap over
+    our speed, capped: 1 when there is none), and its closing rate (the speed difference
+    over the gap plus a metre, in 1/s, clipped to [0, 5]; 0 when there is none).
+
+    The closing rate is an inverse time to contact: braking in behind a car depends on it,
+    and a network would otherwise have to divide one of its inputs by another.
+    """
+    gap, ahead = lane_car_ahead(state, params, ts)
+    vx = state.cars.body.vx
+    present = ahead != 0
+    headway = jnp.where(present, jnp.minimum(gap / jnp.maximum(vx[0], 1.0), HEADWAY_CAP), HEADWAY_CAP)
+    closing = jnp.where(present, jnp.clip((vx[0] - vx[ahead]) / (gap + 1.0), 0.0, 5.0), 0.0)
+    return jnp.stack([headway / HEADWAY_CAP, closing]).astype(jnp.float32)
 
 
 def race_view(state: EnvState, params: EnvParams, ts: TrackSlice) -> RaceView:
@@ -103,7 +131,7 @@ def observation(static: StaticParams, state: EnvState, params: EnvParams, ts: Tr
     privileged (for the critic): L track-edge stations ahead, every
     `lookahead_spacing` m, as left (x, y) and right (x, y) in the car frame / 100 m;
     then the K nearest active opponents (nearest first, S = `static.slot_size` numbers
-    each, see `opponent_slots`).
+    each, see `opponent_slots`); with `static.lane_headway`, two more (`lane_headway`).
     `ts` is the track slice of `state.track_index`. Pixels are added by `RaceEnv`.
     """
     s = static
@@ -136,6 +164,8 @@ def observation(static: StaticParams, state: EnvState, params: EnvParams, ts: Tr
     parts = [edge_feat]
     if s.num_slots:
         parts.append(opponent_slots(s, state, ts, to_car))
+    if s.lane_headway:
+        parts.append(lane_headway(state, params, ts))
     return {"proprio": proprio, "privileged": jnp.concatenate(parts).astype(jnp.float32)}
 
 

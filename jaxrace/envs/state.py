@@ -37,6 +37,7 @@ class StaticParams:
     opponent_slots: int = 6  # nearest opponents in the privileged observation
     opponent_frame: str = "car"  # their relative states in the car's frame, or in the track's ("track")
     opponent_accel: bool = False  # add each slot's longitudinal acceleration (its brake lights)
+    lane_headway: bool = False  # add the time headway and closing rate to the car ahead in our lane
     pixels: bool = False  # add obs["pixels"], uint8[H, W, 3] from the ego camera
     image_size: tuple[int, int] = (64, 64)  # (H, W)
     camera: str = "chase"  # "chase" (behind and above, looking ahead) or "topdown"

@@ -509,6 +509,35 @@ def test_lane_gap_ahead_is_the_clear_space_to_the_nearest_car_in_our_lane():
     assert float(grid_state.view.lane_gap_ahead) == pytest.approx(16.0 - 4.6, abs=1e-3)
 
 
+def test_lane_headway_reads_the_car_ahead_in_our_lane():
+    from jaxrace.envs.observation import HEADWAY_CAP, lane_headway
+    from jaxrace.envs.track import track_slice
+
+    env, params = jaxrace.make(track="oval", num_opponents=5)
+    _, state = jax.jit(env.reset)(jax.random.key(0), params)
+    ts = track_slice(params.tracks)
+
+    def headway(arc, lateral, vx):
+        s = _set_cars(state, arc=jnp.asarray(arc, jnp.float32), lateral=jnp.asarray(lateral, jnp.float32),
+                      body=state.cars.body.replace(vx=jnp.asarray(vx, jnp.float32)))
+        return np.asarray(lane_headway(s, params, ts))
+
+    # Car 1 in our lane 20 m ahead (15.4 m clear) and 10 m/s slower; car 2 nearer but beside.
+    arcs, lats, vx = [200.0, 220.0, 205.0, 150, 150, 150], [0.0, 0.5, 3.0, 0, 0, 0], [30.0, 20.0, 5.0, 0, 0, 0]
+    np.testing.assert_allclose(headway(arcs, lats, vx), [15.4 / 30.0 / HEADWAY_CAP, 10.0 / 16.4], rtol=1e-4)
+    # Pulling away reads no closing; a long headway is capped; no car in lane reads (1, 0).
+    np.testing.assert_allclose(headway(arcs, lats, [30.0, 35.0, 5, 0, 0, 0]), [15.4 / 90.0, 0.0], rtol=1e-4)
+    np.testing.assert_allclose(headway(arcs, lats, [4.0, 3.0, 5, 0, 0, 0]), [1.0, 1.0 / 16.4], rtol=1e-4)
+    np.testing.assert_allclose(headway([200.0, 220.0, 205.0, 150, 150, 150], [0.0, 5.0, 3.0, 0, 0, 0], vx), [1.0, 0.0])
+    # The env appends the two numbers to the privileged observation only when asked.
+    env_h, params_h = jaxrace.make(track="oval", num_opponents=5, lane_headway=True)
+    assert env_h.observation_shapes()["privileged"][0] == env.observation_shapes()["privileged"][0] + 2
+    obs, s_h = jax.jit(env_h.reset)(jax.random.key(0), params_h)
+    obs0, _ = jax.jit(env.reset)(jax.random.key(0), params)
+    np.testing.assert_array_equal(np.asarray(obs["privileged"][:-2]), np.asarray(obs0["privileged"]))
+    np.testing.assert_allclose(np.asarray(obs["privileged"][-2:]), np.asarray(lane_headway(s_h, params_h, ts)))
+
+
 def test_ranks_and_lap_bookkeeping_on_scripted_progress(grid):
     _, params = grid
     _, state = jax.jit(grid[0].reset)(jax.random.key(0), params)
