@@ -166,6 +166,9 @@ ABLATIONS = (
                  "dropped: more at-fault contacts on both seeds (+2.0, +0.8 per race), seeds disagree on the rest"),
     _on_margin03("replay of 1,000,000 transitions (against 300,000), on the 0.3 m edge", "-replay1m",
                  "dropped: more at-fault contacts on both seeds (+1.3, +0.1 per race), 1.1-1.3 places further back"),
+    _on_margin03("time headway and closing rate to the car ahead in our lane in the observation, on the 0.3 m edge",
+                 "-headway", "candidate: fewer at-fault contacts on both seeds (-0.5, -0.7 per race); both kept "
+                 "checkpoints win (median 1st) with 1.75 and 1.45; seed 2 further back with more course-outs"),
     _vs_averaged("a quarter of the envs drive on after a course-out", "-keepgoing025", (2, 3),
                  "dropped: leaves the track more"),
     _vs_averaged("a quarter of the random starts off the track", "-offtrack025", (2, 3, 1),
