@@ -39,13 +39,11 @@ def is_off_course(edge: jax.Array, params: EnvParams) -> jax.Array:
     return edge < -params.course_out_margin
 
 
-def lane_car_ahead(state: EnvState, params: EnvParams, ts: TrackSlice, car: int = 0) -> tuple[jax.Array, jax.Array]:
-    """(f32 m, i32): clear space from `car`'s nose to the tail of the nearest active car ahead in
-    its lane, and that car's index.
+def _lane_gaps(state: EnvState, params: EnvParams, ts: TrackSlice, car: int) -> tuple[jax.Array, jax.Array]:
+    """(f32[C] clear space from `car`'s nose to each car's tail, NO_GAP where not in its lane; bool[C] in lane).
 
-    In its lane: centre ahead along the track by at most LANE_RANGE + a car length, and
-    sideways within a car width + LANE_MARGIN. The gap is 0 when touching or alongside;
-    NO_GAP (and index `car`) if there is none.
+    In its lane: an active car whose centre is ahead along the track by at most LANE_RANGE + a car
+    length, and sideways within a car width + LANE_MARGIN. The gap is 0 when touching or alongside.
     """
     c = state.cars
     length, width = params.car.length, params.car.width
@@ -53,14 +51,24 @@ def lane_car_ahead(state: EnvState, params: EnvParams, ts: TrackSlice, car: int 
     d_side = jnp.abs(c.lateral - c.lateral[car])
     in_lane = (state.active & (jnp.arange(c.arc.shape[0]) != car) & (d_along > 0.0)
                & (d_along <= LANE_RANGE + length) & (d_side < width + LANE_MARGIN))
-    gaps_ = jnp.where(in_lane, jnp.maximum(d_along - length, 0.0), NO_GAP)
-    ahead = jnp.argmin(gaps_)
-    return gaps_[ahead].astype(jnp.float32), jnp.where(in_lane[ahead], ahead, car).astype(jnp.int32)
+    return jnp.where(in_lane, jnp.maximum(d_along - length, 0.0), NO_GAP), in_lane
 
 
 def lane_gap_ahead(state: EnvState, params: EnvParams, ts: TrackSlice, car: int = 0) -> jax.Array:
-    """f32 m: clear space to the nearest car ahead in `car`'s lane (see `lane_car_ahead`)."""
-    return lane_car_ahead(state, params, ts, car)[0]
+    """f32 m: clear space from `car`'s nose to the tail of the nearest active car ahead in its lane
+    (see `_lane_gaps`); NO_GAP if none."""
+    return jnp.min(_lane_gaps(state, params, ts, car)[0]).astype(jnp.float32)
+
+
+def lane_car_ahead(state: EnvState, params: EnvParams, ts: TrackSlice, car: int = 0) -> tuple[jax.Array, jax.Array]:
+    """(f32 m, i32): `lane_gap_ahead` and that car's index (`car` itself if none).
+
+    Kept apart from `lane_gap_ahead`, which every env step computes: an argmin is a
+    variadic reduce on XLA:CPU, and only the `lane_headway` observation needs the index.
+    """
+    gaps_, in_lane = _lane_gaps(state, params, ts, car)
+    ahead = jnp.argmin(gaps_)
+    return gaps_[ahead].astype(jnp.float32), jnp.where(in_lane[ahead], ahead, car).astype(jnp.int32)
 
 
 def lane_headway(state: EnvState, params: EnvParams, ts: TrackSlice) -> jax.Array:
