@@ -71,6 +71,9 @@ class DesignConfig:
     # the privileged observation (a state actor's input, every critic's) also shows each nearby car's
     # longitudinal acceleration (its brake lights)
     opponent_accel: bool = False
+    # ... and the time headway and closing rate to the car ahead in our lane, where most at-fault contacts
+    # begin (README, issue 16: *The time headway and closing rate to the car ahead in our lane*)
+    lane_headway: bool = False
     recurrent: bool = False
     hidden: int = 64
     num_envs: int = 16

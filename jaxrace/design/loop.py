@@ -101,6 +101,7 @@ class Envs:
         train_env, train_params = jaxrace.make(track=config.track, num_opponents=config.opponents, start="random",
                                                laps=1000, time_limit=1.6 * ref_lap, pixels=pixels,
                                                opponent_accel=config.opponent_accel,
+                                               lane_headway=config.lane_headway,
                                                grid_start_prob=config.grid_start_prob,
                                                corner_start_prob=config.corner_start_prob,
                                                offtrack_start_prob=config.offtrack_start_prob,
@@ -117,7 +118,8 @@ class Envs:
         train_params = per_env_params(train_params, config.num_envs, **scenarios)
         race_env, race_params = jaxrace.make(track=config.track, num_opponents=config.opponents,
                                              laps=config.race_laps, start="grid_back", pixels=pixels,
-                                             opponent_accel=config.opponent_accel)
+                                             opponent_accel=config.opponent_accel,
+                                             lane_headway=config.lane_headway)
         race_params = field(race_env, race_params)
         _, trial_params = jaxrace.make(track=config.track, num_opponents=config.opponents, laps=2,
                                        start="grid_back", num_active_opponents=0, pixels=pixels)

@@ -87,9 +87,9 @@ def test_a_run_made_before_a_config_field_existed_resumes_with_the_commands_valu
 def test_the_actors_view_of_other_cars_reaches_training_and_races_alike():
     from jaxrace.design.loop import Envs
 
-    for accel in (False, True):
-        envs = Envs.make(dataclasses.replace(PRESETS["quick"], opponent_accel=accel))
-        size = 4 * 30 + (6 if accel else 5) * envs.train_env.static.num_slots
+    for accel, headway in ((False, False), (True, False), (False, True)):
+        envs = Envs.make(dataclasses.replace(PRESETS["quick"], opponent_accel=accel, lane_headway=headway))
+        size = 4 * 30 + (6 if accel else 5) * envs.train_env.static.num_slots + (2 if headway else 0)
         assert envs.train_env.observation_shapes()["privileged"] == (size,)
         assert envs.race_env.observation_shapes() == envs.train_env.observation_shapes()
 
