@@ -53,6 +53,11 @@ def _vs_averaged(change: str, suffix: str, gp_seeds: tuple[int, ...], verdict: s
 
 
 MARGIN03 = "the 0.3 m edge (same CPU)"
+MARGIN03_EPYC = "the 0.3 m edge (2-core AMD EPYC without AVX-512)"
+# Later runs on another CPU class, each change side by side with the 0.3 m edge rerun on that CPU
+MARGIN03_XEON = "the 0.3 m edge, rerun on the same CPU (2-core Intel Xeon with AVX-512)"
+HEADWAY_XEON = ("candidate: fewer at-fault contacts on both (-1.6, -4.0 per race); gp seed 1 1.4 places further back "
+                "with more course-outs, BrandsHatch seed 1 better in every measure")
 
 
 def _on_margin03(change: str, suffix: str, verdict: str) -> Ablation:
@@ -169,6 +174,17 @@ ABLATIONS = (
     _on_margin03("time headway and closing rate to the car ahead in our lane in the observation, on the 0.3 m edge",
                  "-headway", "candidate: fewer at-fault contacts on both seeds (-0.5, -0.7 per race); both kept "
                  "checkpoints win (median 1st) with 1.75 and 1.45; seed 2 further back with more course-outs"),
+    Ablation("no change: the 0.3 m edge rerun on an Intel Xeon with AVX-512 (the noise floor)", MARGIN03_EPYC,
+             (("gp-E-envs32-avg-margin03-xeon-seed1", "gp-E-envs32-avg-margin03-seed1"),
+              ("brands-E-envs32-avg-margin03-xeon-seed1", "brands-E-envs32-avg-margin03-seed1")),
+             "no change made: the CPU class moves a run more than most levers do (gp 1.8 places forward, "
+             "BrandsHatch 2.4 more contacts and 6.5 more course-outs per race)"),
+    Ablation("time headway and closing rate to the car ahead in our lane, gp seed 1 and BrandsHatch",
+             MARGIN03_XEON,
+             _seeds("gp-E-envs32-avg-margin03-headway-xeon-seed{}", "gp-E-envs32-avg-margin03-xeon-seed{}", (1,))
+             + _seeds("brands-E-envs32-avg-margin03-headway-xeon-seed{}", "brands-E-envs32-avg-margin03-xeon-seed{}",
+                      (1, 2)),
+             HEADWAY_XEON),
     _vs_averaged("a quarter of the envs drive on after a course-out", "-keepgoing025", (2, 3),
                  "dropped: leaves the track more"),
     _vs_averaged("a quarter of the random starts off the track", "-offtrack025", (2, 3, 1),
