@@ -56,8 +56,8 @@ MARGIN03 = "the 0.3 m edge (same CPU)"
 MARGIN03_EPYC = "the 0.3 m edge (2-core AMD EPYC without AVX-512)"
 # Later runs on another CPU class, each change side by side with the 0.3 m edge rerun on that CPU
 MARGIN03_XEON = "the 0.3 m edge, rerun on the same CPU (2-core Intel Xeon with AVX-512)"
-HEADWAY_XEON = ("candidate: fewer at-fault contacts on both (-1.6, -4.0 per race); gp seed 1 1.4 places further back "
-                "with more course-outs, BrandsHatch seed 1 better in every measure")
+HEADWAY_XEON = ("candidate: fewer at-fault contacts on all three (-1.6, -4.0, -4.9 per race); gp seed 1 1.4 places "
+                "further back with more course-outs, BrandsHatch better in every measure on both seeds")
 
 
 def _on_margin03(change: str, suffix: str, verdict: str) -> Ablation:
@@ -176,10 +176,11 @@ ABLATIONS = (
                  "checkpoints win (median 1st) with 1.75 and 1.45; seed 2 further back with more course-outs"),
     Ablation("no change: the 0.3 m edge rerun on an Intel Xeon with AVX-512 (the noise floor)", MARGIN03_EPYC,
              (("gp-E-envs32-avg-margin03-xeon-seed1", "gp-E-envs32-avg-margin03-seed1"),
-              ("brands-E-envs32-avg-margin03-xeon-seed1", "brands-E-envs32-avg-margin03-seed1")),
+              ("brands-E-envs32-avg-margin03-xeon-seed1", "brands-E-envs32-avg-margin03-seed1"),
+              ("brands-E-envs32-avg-margin03-xeon-seed2", "brands-E-envs32-avg-margin03-seed2")),
              "no change made: the CPU class moves a run more than most levers do (gp 1.8 places forward, "
-             "BrandsHatch 2.4 more contacts and 6.5 more course-outs per race)"),
-    Ablation("time headway and closing rate to the car ahead in our lane, gp seed 1 and BrandsHatch",
+             "BrandsHatch 0.4 and 2.2 back with 2.4 and 1.4 more contacts, 6.5 and 2.6 more course-outs per race)"),
+    Ablation("time headway and closing rate to the car ahead in our lane, gp seed 1 and BrandsHatch seeds 1, 2",
              MARGIN03_XEON,
              _seeds("gp-E-envs32-avg-margin03-headway-xeon-seed{}", "gp-E-envs32-avg-margin03-xeon-seed{}", (1,))
              + _seeds("brands-E-envs32-avg-margin03-headway-xeon-seed{}", "brands-E-envs32-avg-margin03-xeon-seed{}",
