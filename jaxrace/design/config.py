@@ -12,6 +12,10 @@ JUDGES = ("scripted", "vlm", "human")
 ACTOR_INPUTS = ("state", "pixels")
 # Where the human judge's page listens and how long it waits: a resumed run may change them.
 OPERATIONAL = ("judge_host", "judge_port", "judge_timeout_s")
+# Fields whose default changed after they were added, with the value a run directory that predates the
+# field ran with. Such a run resumes with that value, not the command's (its networks' input sizes
+# depend on it), so a command with the new default is refused with the field named.
+PREDATED_VALUES = {"lane_headway": False}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,8 +76,9 @@ class DesignConfig:
     # longitudinal acceleration (its brake lights)
     opponent_accel: bool = False
     # ... and the time headway and closing rate to the car ahead in our lane, where most at-fault contacts
-    # begin (README, issue 16: *The time headway and closing rate to the car ahead in our lane*)
-    lane_headway: bool = False
+    # begin: fewer of them on all five of issue 16's same-CPU pairs (README, *The time headway and closing
+    # rate to the car ahead in our lane*)
+    lane_headway: bool = True
     recurrent: bool = False
     hidden: int = 64
     num_envs: int = 16

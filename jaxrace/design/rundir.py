@@ -14,7 +14,7 @@ import os
 import time
 from pathlib import Path
 
-from jaxrace.design.config import OPERATIONAL, DesignConfig
+from jaxrace.design.config import OPERATIONAL, PREDATED_VALUES, DesignConfig
 
 CONFIG = "config.json"
 STAGES = "stages.json"
@@ -62,6 +62,10 @@ def _finite(obj):
     return obj
 
 
+def _toml(value) -> str:
+    return str(value).lower() if isinstance(value, bool) else repr(value)
+
+
 class RunDir:
     """One reward-design run on disk."""
 
@@ -78,9 +82,12 @@ class RunDir:
             if old != config and not old.changes(config, ignore=OPERATIONAL):
                 atomic_write_json(stored, config.to_dict())  # only where the human page listens changed: kept
             elif old != config:
+                hint = "".join(f"; {k}'s default has changed since: put `{k} = {_toml(v)}` in a --config TOML "
+                               "file to resume it" for k, v in PREDATED_VALUES.items()
+                               if getattr(old, k) == v != getattr(config, k))
                 raise ConfigMismatch(
                     f"{run.path} holds a run made with a different config "
-                    f"({'; '.join(old.changes(config, ignore=OPERATIONAL))}); "
+                    f"({'; '.join(old.changes(config, ignore=OPERATIONAL))}){hint}; "
                     "rerun with the same options to resume it, or pass a new --run-dir")
         elif run.path.exists() and any(run.path.iterdir()):
             raise ConfigMismatch(f"{run.path} exists and is not a jaxrace run directory (no {CONFIG}); "
@@ -91,10 +98,12 @@ class RunDir:
 
     def config(self, fill_from: DesignConfig | None = None) -> DesignConfig:
         """The run's config. Fields it predates take their values from `fill_from` (the resuming
-        command's), which are stored: the run never chose them."""
+        command's), which are stored: the run never chose them. Those in `PREDATED_VALUES` take the
+        value the run ran with instead."""
         data = self.read_json(CONFIG)
         data = {k: float(v) if isinstance(v, str) and v in ("inf", "-inf", "nan") else v for k, v in data.items()}
-        missing = {k: v for k, v in (fill_from.to_dict() if fill_from else {}).items() if k not in data}
+        missing = {k: PREDATED_VALUES.get(k, v) for k, v in (fill_from.to_dict() if fill_from else {}).items()
+                   if k not in data}
         if missing:
             data.update(missing)
             atomic_write_json(self.path / CONFIG, data)

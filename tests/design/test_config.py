@@ -84,6 +84,22 @@ def test_a_run_made_before_a_config_field_existed_resumes_with_the_commands_valu
         RunDir.open(tmp_path / "run", dataclasses.replace(standard, tune_weights=""))
 
 
+def test_a_run_made_before_a_default_changed_keeps_the_value_it_ran_with(tmp_path):
+    quick = PRESETS["quick"]
+    assert quick.lane_headway  # the default since issue 16's headway runs; runs before the field ran without
+    run = RunDir.open(tmp_path / "run", quick)
+    stored = json.loads(run.file("config.json").read_text())
+    del stored["lane_headway"]  # as written before the field existed
+    run.file("config.json").write_text(json.dumps(stored))
+    with pytest.raises(ConfigMismatch, match=r"lane_headway: False -> True\); lane_headway's default has changed "
+                                             r"since: put `lane_headway = false` in a --config TOML file"):
+        RunDir.open(tmp_path / "run", quick)
+    assert json.loads(run.file("config.json").read_text())["lane_headway"] is False
+    (tmp_path / "resume.toml").write_text("lane_headway = false\n")
+    resumed = load_config("quick", tmp_path / "resume.toml")
+    assert RunDir.open(tmp_path / "run", resumed).config() == resumed == dataclasses.replace(quick, lane_headway=False)
+
+
 def test_the_actors_view_of_other_cars_reaches_training_and_races_alike():
     from jaxrace.design.loop import Envs
 
