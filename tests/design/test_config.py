@@ -86,18 +86,22 @@ def test_a_run_made_before_a_config_field_existed_resumes_with_the_commands_valu
 
 def test_a_run_made_before_a_default_changed_keeps_the_value_it_ran_with(tmp_path):
     quick = PRESETS["quick"]
-    assert quick.lane_headway  # the default since issue 16's headway runs; runs before the field ran without
+    # the defaults since issue 16's headway runs; runs before the fields existed ran without them
+    assert quick.lane_headway and quick.offtrack_start_prob == 0.25
     run = RunDir.open(tmp_path / "run", quick)
     stored = json.loads(run.file("config.json").read_text())
-    del stored["lane_headway"]  # as written before the field existed
+    del stored["lane_headway"], stored["offtrack_start_prob"]  # as written before the fields existed
     run.file("config.json").write_text(json.dumps(stored))
-    with pytest.raises(ConfigMismatch, match=r"lane_headway: False -> True\); lane_headway's default has changed "
-                                             r"since: put `lane_headway = false` in a --config TOML file"):
+    with pytest.raises(ConfigMismatch, match=r"offtrack_start_prob: 0.0 -> 0.25; lane_headway: False -> True\); "
+                                             r"lane_headway's default has changed since: put `lane_headway = false` "
+                                             r"in a --config TOML file to resume it; offtrack_start_prob's default has "
+                                             r"changed since: put `offtrack_start_prob = 0.0` in"):
         RunDir.open(tmp_path / "run", quick)
     assert json.loads(run.file("config.json").read_text())["lane_headway"] is False
-    (tmp_path / "resume.toml").write_text("lane_headway = false\n")
+    (tmp_path / "resume.toml").write_text("lane_headway = false\nofftrack_start_prob = 0.0\n")
     resumed = load_config("quick", tmp_path / "resume.toml")
-    assert RunDir.open(tmp_path / "run", resumed).config() == resumed == dataclasses.replace(quick, lane_headway=False)
+    assert resumed == dataclasses.replace(quick, lane_headway=False, offtrack_start_prob=0.0)
+    assert RunDir.open(tmp_path / "run", resumed).config() == resumed
 
 
 def test_the_actors_view_of_other_cars_reaches_training_and_races_alike():
