@@ -64,9 +64,10 @@ def assessed_row(epoch: int, steps: int, a: Assessment) -> dict:
             "lap_gap": None if a.lap_gap is None else round(a.lap_gap, 2), "lap_outs": a.lap_outs}
 
 
-def hindsight(directory: Path, template, final_assessment, ref_lap: float, tag: str) -> None:
+def hindsight(directory: Path, template, final_assessment, ref_lap: float, tag: str, out: str | None = None) -> None:
     """Assesses every checkpoint under `directory`/evaluated with `final_assessment(actor) -> Assessment`
-    (the run's own assessment) and writes results/checkpoint_hindsight-<tag>.json."""
+    (the run's own assessment, or a third set of races) and writes results/checkpoint_hindsight-<out>.json
+    (`out`: the run's `tag` unless given)."""
     evals = run_evaluations(tag)
     saved = sorted((directory / "evaluated").glob("epoch*"))
     by_epoch = {int(p.name.removeprefix("epoch")): p for p in saved}
@@ -99,4 +100,4 @@ def hindsight(directory: Path, template, final_assessment, ref_lap: float, tag: 
               "value": [{"selection": e, "assessment": a} for e, a in zip(evals, assessed, strict=True)]},
              {"name": "reference lap", "value": round(ref_lap, 2), "unit": "s"},
              {"name": "saved actors", "value": str(directory), "unit": "path"}]
-    print(f"wrote {write_results(f'checkpoint_hindsight-{tag}', rows)}")
+    print(f"wrote {write_results(f'checkpoint_hindsight-{out or tag}', rows)}")

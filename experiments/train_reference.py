@@ -298,6 +298,10 @@ def main() -> None:
                         help="with --assess DIR of a --save-evaluated run: every evaluated checkpoint on the 20 "
                              "assessment races, and which checkpoint each selection rule would have kept "
                              "(checkpoint_hindsight.py), into results/checkpoint_hindsight-<tag>.json")
+    parser.add_argument("--hindsight-fields", type=int, default=0, metavar="N",
+                        help="with --hindsight: judge the checkpoints on a third set of --races fields (the N-th, "
+                             "drawn apart from the selection's and the assessment's), into "
+                             "results/checkpoint_hindsight-<tag>-fields<N>.json: a held-out judge of the rules")
     parser.add_argument("--anatomy", action="store_true",
                         help="with --assess: when and how the saved actors' at-fault contacts in the 20 races begin "
                              "(experiments/contact_anatomy.py), into results/contact_anatomy-<tag>.json")
@@ -342,6 +346,10 @@ def main() -> None:
         parser.error(f"--grid-prob must be in [0, 1], got {args.grid_prob}")
     if (args.anatomy or args.hindsight) and not args.assess:
         parser.error("--anatomy and --hindsight look at saved actors: they need --assess DIR")
+    if args.hindsight_fields and not args.hindsight:
+        parser.error("--hindsight-fields judges the checkpoints of --hindsight: it needs --assess DIR --hindsight")
+    if args.hindsight_fields < 0:
+        parser.error(f"--hindsight-fields must be positive, got {args.hindsight_fields}")
     if args.save_evaluated and not args.save:
         parser.error("--save-evaluated writes under the --save directory: it needs --save DIR")
     if not 0.0 <= args.ai_skill_spread < 0.5:
@@ -419,6 +427,8 @@ def main() -> None:
     race_params = setup(race_env, race_params, SKILL, args.steer_lock_speed)
     # The assessment's fields and the selection's are drawn apart: the kept checkpoint is
     # chosen on races it is not then judged by.
+    if args.hindsight_fields:  # a third set of fields and race key, for a held-out judge
+        k_fields, k_eval = (jax.random.fold_in(k, args.hindsight_fields) for k in (k_fields, k_eval))
     final_fields = race_fields(race_params, k_fields, args.races, skill_spread=0.0)
     select_fields = race_fields(race_params, k_select, max(args.select_races, 1), skill_spread=0.0)
 
@@ -528,7 +538,8 @@ def main() -> None:
     if args.assess and args.hindsight:
         from checkpoint_hindsight import hindsight
 
-        return hindsight(Path(args.assess), state.policy_actor, final_assessment, ref_lap, args.tag)
+        out = f"{args.tag}-fields{args.hindsight_fields}" if args.hindsight_fields else args.tag
+        return hindsight(Path(args.assess), state.policy_actor, final_assessment, ref_lap, args.tag, out)
     if args.assess:
         return assess_saved(args, Path(args.assess), state.policy_actor, final_assessment, track_name, final_races,
                             float(race_env.static.dt), race_params.tracks)
