@@ -14,7 +14,10 @@ what each rule sees. The rules:
   racing score there (an upper bound no rule can reach: it looks at the answer).
 
 If no checkpoint meets the targets in hindsight, choosing better cannot help and training
-must; if some do and the rules miss them, the selection is the lever. Each checkpoint races
+must; if some do and the rules miss them, the selection is the lever. With
+`--hindsight-fields N` the checkpoints race on a third set of fields instead, drawn apart
+from both, so that rules reading the selection or the assessment races can be judged on
+races none of them saw (results/checkpoint_hindsight-<tag>-fieldsN.json). Each checkpoint races
 alone, as the run's own assessment did: raced as a stack of actors, their networks' sums round
 otherwise and the races drift apart (on the oval, a kept checkpoint's 23 course-outs in 3 races
 became 20 in a stack of 4). A checkpoint whose save failed in training is named, and nothing is
