@@ -329,6 +329,9 @@ def main() -> None:
     parser.add_argument("--action-smoothness", type=float, default=0.0, metavar="WEIGHT",
                         help="action smoothing: the actor's loss also pays WEIGHT times the squared change of its "
                              "evaluation action from a state to the next (0: none)")
+    parser.add_argument("--penalty-replay", type=float, default=0.0, metavar="SHARE",
+                        help="this share of each batch: the replayed sequences with the lowest reward among 4x as "
+                             "many uniform candidates (TrainConfig.penalty_replay; 0: uniform replay)")
     parser.add_argument("--lane-headway", action="store_true",
                         help="the observation also shows the time headway and closing rate (inverse time to "
                              "contact) to the car ahead in our lane")
@@ -441,7 +444,7 @@ def main() -> None:
                          batch_size=args.batch, replay_size=args.replay,
                          n_step=args.n_step, warmup_epochs=20, epochs=args.chunk_epochs,
                          actor_average=args.actor_average, actor_cvar=args.actor_cvar,
-                         action_smoothness=args.action_smoothness,
+                         action_smoothness=args.action_smoothness, penalty_replay=args.penalty_replay,
                          reinit_every=args.reinit_every,
                          host_updates=args.host_updates == "on" or (args.host_updates == "auto" and pixels
                                                                     and jax.default_backend() == "cpu"))

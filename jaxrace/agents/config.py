@@ -41,6 +41,10 @@ class TrainConfig:
     # at the state after it, so the policy does not flick its steering and pedal from one step to
     # the next. The env and the reward are unchanged. 0: none. Static, like actor_average.
     action_smoothness: float = 0.0
+    # Penalty-enriched replay: this share of each batch is the sequences with the lowest reward in
+    # them among 4x as many uniform candidates (`replay.make_sampler`), so the rare states before
+    # a contact or a course-out are fitted more often. 0: uniform replay. Static, like actor_average.
+    penalty_replay: float = 0.0
     # Each update its own jitted call from a host loop, not a scan inside `learn`: XLA:CPU
     # differentiates a convolution inside a loop ~25x slower (README, "The pixel actor on CPU").
     # Split programs only (`train_many(fused=False)`); the results are the same.
@@ -64,6 +68,8 @@ class TrainConfig:
             raise ValueError(f"actor_average must be in [0, 1) (0: no averaging), got {self.actor_average}")
         if not 0.0 < self.actor_cvar <= 1.0:
             raise ValueError(f"actor_cvar must be in (0, 1] (1: risk-neutral), got {self.actor_cvar}")
+        if not 0.0 <= self.penalty_replay <= 1.0:
+            raise ValueError(f"penalty_replay must be in [0, 1] (0: uniform replay), got {self.penalty_replay}")
         if not 0.0 <= self.action_smoothness < float("inf"):
             raise ValueError(f"action_smoothness must be finite and >= 0 (0: none), got {self.action_smoothness}")
 

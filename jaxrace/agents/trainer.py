@@ -50,7 +50,7 @@ from jaxrace.agents.acting import Rollout, make_acting
 from jaxrace.agents.config import HParams, TrainConfig
 from jaxrace.agents.losses import make_losses
 from jaxrace.agents.networks import Actor, TwinCritic, initial_carry
-from jaxrace.agents.replay import Transition, make_replay, next_frames
+from jaxrace.agents.replay import Transition, make_replay, make_sampler, next_frames
 from jaxrace.envs.state import EnvParams, EnvState
 from jaxrace.rewards.api import Action, RaceView
 from jaxrace.rewards.bank import RewardBank
@@ -238,6 +238,7 @@ def make_learner(config: TrainConfig, env, env_params: EnvParams) -> Learner:
     actor, critic = Actor(net), TwinCritic(net)
     acting = make_acting(config, env, env_params, actor)
     buffer = make_replay(config)
+    sample = make_sampler(config, buffer)
     carry0 = initial_carry(net)
     no_reset = jnp.zeros((), bool)
     loss_fn = make_losses(config, actor, critic)
@@ -267,7 +268,7 @@ def make_learner(config: TrainConfig, env, env_params: EnvParams) -> Learner:
 
     def update(state: TrainState, hparams: HParams):
         key, k_sample, k_loss = jax.random.split(state.key, 3)
-        batch = buffer.sample(state.replay, k_sample).experience  # [batch_size, sequence_length]
+        batch = sample(state.replay, k_sample)  # [batch_size, sequence_length]
 
         def objective(nets):
             out = loss_fn(nets, state.target_critic, batch, hparams, k_loss)
@@ -356,5 +357,5 @@ def make_learner(config: TrainConfig, env, env_params: EnvParams) -> Learner:
     return Learner(config=config, init=init, collect=collect, learn=learn, store=store, update=update,
                    finish=finish, policy=acting.policy,
                    initial_carry=lambda: carry0, loss_fn=loss_fn,
-                   sample=lambda replay, key: buffer.sample(replay, key).experience, next_frames=next_frames,
+                   sample=sample, next_frames=next_frames,
                    restart_envs=restart_envs)

@@ -225,6 +225,21 @@ def test_action_smoothing_changes_the_actor_update_and_not_the_critics(setup, tr
             TrainConfig(action_smoothness=weight)
 
 
+def test_penalty_replay_trains_on_another_batch_from_the_same_state(setup, trainer):
+    """TrainConfig.penalty_replay reaches the update: from the same state and key the critics
+    move otherwise than under uniform replay, and stay finite (its sampler: test_replay)."""
+    env, params, bank = setup
+    state, _, _ = train_many(trainer, jax.random.key(1), [0, 0], chunk_epochs=2)  # the pinned job: no compile
+    run = first_run(state)
+    enriched = make_train(dataclasses.replace(trainer.config, penalty_replay=0.25), env, params, bank)
+    before, _ = jax.jit(trainer.learner.update)(run, HParams())
+    after, _ = jax.jit(enriched.learner.update)(run, HParams())
+    leaves = jax.tree.leaves(after.critic)
+    assert all(bool(jnp.all(jnp.isfinite(x))) for x in leaves)
+    gaps = [float(jnp.max(jnp.abs(a - b))) for a, b in zip(jax.tree.leaves(before.critic), leaves, strict=True)]
+    assert max(gaps) > 1e-6
+
+
 def test_policy_averaging_keeps_a_moving_average_of_the_actor(setup, trainer):
     """TrainConfig.actor_average: after every update the average moves that share of the way to the
     actor; warm-up and a failed run leave it alone, and checkpoint selection is handed the average."""
