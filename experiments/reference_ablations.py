@@ -205,6 +205,14 @@ ABLATIONS = (
              "option, not default: every kept checkpoint within 2 contacts per race (6 seeds of 6 against 2), "
              "but 4 now miss the lap and 1 the course-outs; all four on 1 seed against 2; in hindsight 2 runs "
              "trained a checkpoint meeting all four against 5"),
+    Ablation("penalty-enriched replay at an eighth of each batch, gp seed 2 and BrandsHatch seed 1",
+             OFFTRACK_ON_XEON,
+             _seeds("gp-E-envs32-avg-margin03-headway-offtrack025-penalty0125-xeon-seed{}",
+                    "gp-E-envs32-avg-margin03-headway-offtrack025-xeon-seed{}", (2,))
+             + _seeds("brands-E-envs32-avg-margin03-headway-offtrack025-penalty0125-xeon-seed{}",
+                      "brands-E-envs32-avg-margin03-headway-offtrack025-xeon-seed{}", (1,)),
+             "dropped: gp seed 2 meets all four (kept and final), BrandsHatch seed 1 falls apart (a mean 6.6th, "
+             "9.5 course-outs per race in the second half); kept targets 5 vs 7"),
     _vs_averaged("a quarter of the envs drive on after a course-out", "-keepgoing025", (2, 3),
                  "dropped: leaves the track more"),
     _vs_averaged("a quarter of the random starts off the track", "-offtrack025", (2, 3, 1),
