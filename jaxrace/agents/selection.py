@@ -114,28 +114,43 @@ def assess(trainer, actors, ref_lap: float, key: jax.Array, *, tt_env=None, tt_p
             for (lap, outs), per_run, change in zip(laps, races, changes, strict=True)]
 
 
+def average_params(trees: list):
+    """The uniform mean of parameter trees of one structure, leaf by leaf: summed in float32 in
+    the list's order, then divided (the same rounding wherever it is taken, for the same list)."""
+    return jax.tree.map(lambda *leaves: (sum(jnp.asarray(x, jnp.float32) for x in leaves)
+                                         / len(leaves)).astype(leaves[0].dtype), *trees)
+
+
 class KeepBest:
     """Each run's best actor so far by a score (lower is better), for `train_many(keep=...)`.
 
     `score(epoch, actors) -> f32[R]` judges every run's actor (leading run axis); it runs
-    every `every`-th time `update` is called (once per chunk of the job). Host-side and
-    stateful: after training, `actor`, `score` and `epoch` hold the kept actors (run axis),
-    their scores (inf: never judged) and the epochs they are from (-1: never judged);
-    `history` lists every judgement as (epoch, scores). Given the number of updates to
-    come (`start(actors, updates)`), the history is in the checkpoints too.
+    every `every`-th time `update` is called (once per chunk of the job). With `average=K` it
+    judges, and keeps, the mean of the parameters of the last K actors it was handed at a
+    judgement instead (weight averaging over checkpoints, as SWA; the first judgements average
+    the fewer there are): a run's racing swings from one checkpoint to the next, and the
+    average of a few swings less. Host-side and stateful: after training, `actor`, `score`
+    and `epoch` hold the kept actors (run axis), their scores (inf: never judged) and the
+    epochs they are from (-1: never judged; with averaging, the last actor averaged);
+    `history` lists every judgement as (epoch, scores). Given the number of updates to come
+    (`start(actors, updates)`), the history and the actors averaged are in the checkpoints too.
     """
 
-    def __init__(self, score: Callable[[int, object], np.ndarray], every: int = 1):
+    def __init__(self, score: Callable[[int, object], np.ndarray], every: int = 1, average: int = 1):
         if every < 1:
             raise ValueError(f"every must be at least 1, got {every}")
+        if average < 1:
+            raise ValueError(f"average must be at least 1 (1: the actor itself, no averaging), got {average}")
         self._score_fn = score
         self.every = every
+        self.average = average
         self.actor = None
         self.score: np.ndarray | None = None
         self.epoch: np.ndarray | None = None
         self.history: list[tuple[int, list[float]]] = []
         self._calls = 0
         self._judgements = 0  # the history's length in a checkpoint (0: not stored)
+        self._recent = []  # with averaging: the last `average` actors judged, oldest first
 
     def start(self, actors, updates: int = 0) -> None:
         """Before the job of `updates` chunks (0: unknown): nothing judged yet (the structure a checkpoint stores)."""
@@ -146,12 +161,21 @@ class KeepBest:
         self.history = []
         self._calls = 0
         self._judgements = updates // self.every
+        self._recent = []
+
+    def _averaged(self, actors):
+        """The mean of the last `average` actors handed in, `actors` the newest (itself without averaging)."""
+        if self.average == 1:
+            return actors
+        self._recent = [*self._recent[1 - self.average:], jax.tree.map(jnp.copy, actors)]
+        return average_params(self._recent)
 
     def update(self, epoch: int, actors) -> None:
-        """After a chunk that ends at `epoch`: judge the actors if due, keep the better ones."""
+        """After a chunk that ends at `epoch`: judge the actors (or their average) if due, keep the better ones."""
         self._calls += 1
         if self._calls % self.every:
             return
+        actors = self._averaged(actors)
         scores = np.asarray(self._score_fn(epoch, actors), np.float32)
         self.history.append((int(epoch), [float(s) for s in scores]))
         better = scores < self.score
@@ -168,8 +192,13 @@ class KeepBest:
         scores = np.full((self._judgements, self.score.shape[0]), np.nan, np.float32)
         for i, (epoch, judged) in enumerate(self.history[:self._judgements]):
             epochs[i], scores[i] = epoch, judged
-        return {"actor": self.actor, "score": np.asarray(self.score), "epoch": np.asarray(self.epoch),
-                "calls": np.asarray(self._calls, np.int32), "judged_epoch": epochs, "judged_score": scores}
+        saved = {"actor": self.actor, "score": np.asarray(self.score), "epoch": np.asarray(self.epoch),
+                 "calls": np.asarray(self._calls, np.int32), "judged_epoch": epochs, "judged_score": scores}
+        if self.average > 1:  # fixed shapes: the actors averaged, oldest first, padded with the kept actor
+            padded = self._recent + [self.actor] * (self.average - len(self._recent))
+            saved |= {"recent": jax.tree.map(lambda *x: jnp.stack(x), *padded),
+                      "recent_count": np.asarray(len(self._recent), np.int32)}
+        return saved
 
     def load(self, saved: dict) -> None:
         """Back to what `saved()` returned (a resumed job)."""
@@ -179,3 +208,6 @@ class KeepBest:
         self._calls = int(saved["calls"])
         self.history = [(int(e), [float(x) for x in scores])
                         for e, scores in zip(saved["judged_epoch"], saved["judged_score"], strict=True) if e >= 0]
+        if self.average > 1:
+            count = int(saved["recent_count"])
+            self._recent = [jax.tree.map(lambda x, i=i: x[i], saved["recent"]) for i in range(count)]

@@ -12,10 +12,11 @@ JUDGES = ("scripted", "vlm", "human")
 ACTOR_INPUTS = ("state", "pixels")
 # Where the human judge's page listens and how long it waits: a resumed run may change them.
 OPERATIONAL = ("judge_host", "judge_port", "judge_timeout_s")
-# Fields whose default changed after they were added, with the value a run directory that predates the
-# field ran with. Such a run resumes with that value, not the command's (its networks' input sizes
-# depend on it), so a command with the new default is refused with the field named.
-PREDATED_VALUES = {"lane_headway": False, "offtrack_start_prob": 0.0}
+# Fields whose default (or a preset's value) differs from what a run directory that predates the field
+# ran with, and that value. Such a run resumes with that value, not the command's (its networks' input
+# sizes, or its final job's checkpoints, depend on it), so a command with the new value is refused with
+# the field named.
+PREDATED_VALUES = {"lane_headway": False, "offtrack_start_prob": 0.0, "keep_best_average": 1}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,6 +108,9 @@ class DesignConfig:
     # one is raced) its policies race select_races times on fields of their own, scored by the task
     keep_best_every: int = 1
     select_races: int = 4
+    # ...and judges and keeps the mean of the parameters of the last keep_best_average policies it
+    # judged (weight averaging over checkpoints; 1: each policy itself)
+    keep_best_average: int = 1
     clip_seconds: float = 10.0
     clips_per_race: int = 2
     videos_per_candidate: int = 1
@@ -137,7 +141,8 @@ class DesignConfig:
         positive = ("iterations", "m", "n", "seeds", "race_laps", "hidden", "num_envs", "rollout_steps", "n_step",
                     "llm_concurrency", "llm_max_tokens", "llm_max_prompt_chars",
                     "updates_per_epoch", "batch_size", "replay_size", "epochs", "chunk_epochs", "final_epochs",
-                    "eval_races", "final_races", "clips_per_race", "judge_frames", "select_races")
+                    "eval_races", "final_races", "clips_per_race", "judge_frames", "select_races",
+                    "keep_best_average")
         problems += [f"{k} must be at least 1 (got {getattr(self, k)})" for k in positive if getattr(self, k) < 1]
         nonneg = ("warmup_epochs", "opponents", "videos_per_candidate", "tac_min_preferences", "bootstrap_races",
                   "judge_equal_within", "llm_repairs", "llm_token_budget", "llm_call_budget", "judge_budget",
@@ -208,7 +213,7 @@ PRESETS = {
                              chunk_epochs=100, final_epochs=8000, keep_best_every=4, select_races=8, race_laps=2,
                              eval_races=3, final_races=20, clip_seconds=15.0, clips_per_race=3, judge_beta=2.0,
                              judge_mistake=0.1, tac_min_preferences=40, bootstrap_races=16, tune_weights="grad",
-                             actor_average=3e-4),
+                             actor_average=3e-4, keep_best_average=5),
     # The papers' settings, meant for one GPU: pixel actor with a GRU, asymmetric critic. Batches of
     # 32 sequences and 150,000 transitions of replay per run, so that a job of 10 runs (N x seeds)
     # fits: 20 GiB of state and 8 GiB of temporary memory by experiments/train_memory.py on XLA:CPU.

@@ -585,7 +585,8 @@ class Loop:
                 self.run.write_json(f"{self._dir(k)}/train/kept.json", {
                     "epoch": keep.epoch.tolist(), "task_score": [-float(x) for x in keep.score],
                     "judged": [{"epoch": e, "task_score": [-x for x in s]} for e, s in keep.history],
-                    "races": c.select_races, "every_chunks": c.keep_best_every})
+                    "races": c.select_races, "every_chunks": c.keep_best_every,
+                    "averaged_policies": c.keep_best_average})
         save_checkpoint(self.run.file(f"{self._dir(k)}/train/agents"), {"actor": actor, "critic": state.critic},
                         trainer.config.epochs, local=alone)
         return names, to_host(history), to_host(reward_index)
@@ -622,7 +623,7 @@ class Loop:
                              + " ".join(f"{np.mean(t):.2f}" for t in task))
             return -np.mean(np.asarray(task), axis=1)
 
-        return KeepBest(score, every=c.keep_best_every)
+        return KeepBest(score, every=c.keep_best_every, average=c.keep_best_average)
 
     @staticmethod
     def _dir(k) -> str:

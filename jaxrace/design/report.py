@@ -374,8 +374,11 @@ def _final(run: RunDir) -> str:
         kept = run.read_json("final/train/kept.json")
         chosen = ", ".join(f"{_e(r['candidate'])} (seed {r['seed']}): epoch {epoch}" for r, epoch in
                            zip(runs, kept["epoch"], strict=True))
+        averaged = kept.get("averaged_policies", 1)  # (run directories before weight averaging lack it)
+        what = (f"the mean of the parameters of its last {averaged} judged policies (weight averaging)"
+                if averaged > 1 else "the policy")
         out.append(f"<p>Each agent is its run's best checkpoint by the task: every {kept['every_chunks']} "
-                   f"chunk(s) of training the policies raced {kept['races']} times on fields of their own, and "
+                   f"chunk(s) of training {what} raced {kept['races']} times on fields of its own, and "
                    f"the races were scored as the scripted judge scores a clip. Kept: {chosen}.</p>")
     out.append(_training_notes(run.config()))
     if run.exists("final/train/curves.json"):

@@ -34,6 +34,43 @@ def test_targets_met_or_not():
 def test_keep_best_refuses_a_bad_interval():
     with pytest.raises(ValueError, match="every must be at least 1"):
         KeepBest(lambda epoch, actors: np.zeros(1), every=0)
+    with pytest.raises(ValueError, match="average must be at least 1"):
+        KeepBest(lambda epoch, actors: np.zeros(1), average=0)
+
+
+def test_keep_best_judges_and_keeps_the_average_of_the_last_actors():
+    """KeepBest(average=3): each judgement sees the mean of the last 3 actors handed to it at a
+    judgement (fewer at first), keeps that mean, and a job resumed from `saved()` averages on."""
+    judged = []
+
+    def score(epoch, actors):  # run 0: the later the better; run 1: the first judgement stays best
+        judged.append(np.asarray(actors["w"]))
+        return np.array([-epoch, epoch], np.float32)
+
+    def actors(epoch):  # two runs; run 1's values ten times run 0's
+        return {"w": np.array([[epoch, 2.0 * epoch], [10.0 * epoch, 20.0 * epoch]], np.float32)}
+
+    keep = KeepBest(score, every=2, average=3)
+    keep.start(actors(0), updates=10)
+    for epoch in range(1, 7):
+        keep.update(epoch, actors(epoch))
+    # judged at epochs 2, 4, 6: the means of (2), (2, 4), (2, 4, 6); the odd epochs are never seen
+    np.testing.assert_array_equal([j[0, 0] for j in judged], [2.0, 3.0, 4.0])
+    np.testing.assert_array_equal(judged[-1][1], [40.0, 80.0])
+    np.testing.assert_array_equal(keep.actor["w"], [[4.0, 8.0], [20.0, 40.0]])  # run 0 the last, run 1 the first
+    assert keep.epoch.tolist() == [6, 2]
+    saved = keep.saved()
+    for epoch in range(7, 11):
+        keep.update(epoch, actors(epoch))
+    np.testing.assert_array_equal([j[0, 0] for j in judged[3:]], [6.0, 8.0])  # (4, 6, 8), (6, 8, 10)
+    resumed = KeepBest(score, every=2, average=3)
+    resumed.start(actors(0), updates=10)
+    resumed.load(saved)
+    for epoch in range(7, 11):
+        resumed.update(epoch, actors(epoch))
+    np.testing.assert_array_equal([j[0, 0] for j in judged[5:]], [6.0, 8.0])
+    np.testing.assert_array_equal(resumed.actor["w"], keep.actor["w"])
+    assert resumed.epoch.tolist() == keep.epoch.tolist() == [10, 2]
 
 
 def test_the_action_change_counts_only_steps_before_the_finish():

@@ -472,7 +472,7 @@ def test_a_new_bank_compiles_only_the_small_labelling_program(trainer):
 
 
 def test_keep_best_keeps_each_runs_best_checkpoint_and_a_resumed_job_keeps_it(trainer, tmp_path):
-    from jaxrace.agents.selection import KeepBest
+    from jaxrace.agents.selection import KeepBest, average_params
 
     seen = {}
 
@@ -508,6 +508,23 @@ def test_keep_best_keeps_each_runs_best_checkpoint_and_a_resumed_job_keeps_it(tr
     sparse = KeepBest(score, every=2)
     train_many(trainer, jax.random.key(8), [0, 0], chunk_epochs=2, keep=sparse)
     assert sparse.epoch.tolist() == [4, 4] and [e for e, _ in sparse.history] == [4]
+    # Weight averaging: at epoch 4 each run's average of its actors at 2 and 4 is judged; run 0 keeps
+    # it, run 1 the epoch-2 actor. A job killed after its first chunk resumes with what it averages.
+    raw = dict(seen)
+    averaged = KeepBest(score, average=2)
+    train_many(trainer, jax.random.key(8), [0, 0], chunk_epochs=2, keep=averaged)
+    want = average_params([raw[2], raw[4]])
+    for kept, mean, first in zip(jax.tree.leaves(averaged.actor), jax.tree.leaves(want), jax.tree.leaves(raw[2]),
+                                 strict=True):
+        np.testing.assert_array_equal(kept[0], mean[0])
+        np.testing.assert_array_equal(kept[1], first[1])
+    with pytest.raises(Killed):
+        train_many(trainer, jax.random.key(8), [0, 0], chunk_epochs=2, checkpoint=tmp_path / "avg.ckpt",
+                   keep=KeepBest(score, average=2), progress=kill_after_first_chunk)
+    resumed = KeepBest(score, average=2)
+    train_many(trainer, jax.random.key(8), [0, 0], chunk_epochs=2, checkpoint=tmp_path / "avg.ckpt", keep=resumed)
+    for a, b in zip(jax.tree.leaves(averaged.actor), jax.tree.leaves(resumed.actor), strict=True):
+        np.testing.assert_array_equal(a, b)
 
 
 def test_assess_reports_each_race_as_its_totals_do(setup, trainer):

@@ -14,6 +14,8 @@ def test_presets_are_valid_and_differ_where_the_issue_says():
     assert (paper.m, paper.n, paper.iterations, paper.final_epochs) == (10, 5, 4, 1500)
     assert paper.actor_input == "pixels" and paper.recurrent
     assert PRESETS["standard"].track == "gp"
+    # the final job keeps the best weight average of 5 policies (issue 16), the quick one each policy
+    assert PRESETS["standard"].keep_best_average == 5 and PRESETS["quick"].keep_best_average == 1
     assert {p.preset for p in PRESETS.values()} == set(PRESETS)
 
 
@@ -37,6 +39,7 @@ def test_toml_then_options_override_the_preset(tmp_path):
     ("corner_start_prob = 1.5\n", "corner_start_prob must be in \\[0, 1\\] \\(got 1.5\\)"),
     ("offtrack_start_prob = -0.1\n", "offtrack_start_prob must be in \\[0, 1\\] \\(got -0.1\\)"),
     ("actor_average = 1.0\n", "actor_average must be in \\[0, 1\\) \\(0: no averaging; got 1.0\\)"),
+    ("keep_best_average = 0\n", "keep_best_average must be at least 1 \\(got 0\\)"),
     ("actor_cvar = 0.0\n", "actor_cvar must be in \\(0, 1\\] \\(1: risk-neutral; got 0.0\\)"),
     ("corner_start_prob = 0.5\ntraffic_start_gap = 0.0\n", "corner_start_prob needs traffic_start_gap > 0"),
 ])
@@ -101,6 +104,20 @@ def test_a_run_made_before_a_default_changed_keeps_the_value_it_ran_with(tmp_pat
     (tmp_path / "resume.toml").write_text("lane_headway = false\nofftrack_start_prob = 0.0\n")
     resumed = load_config("quick", tmp_path / "resume.toml")
     assert resumed == dataclasses.replace(quick, lane_headway=False, offtrack_start_prob=0.0)
+    assert RunDir.open(tmp_path / "run", resumed).config() == resumed
+
+
+def test_a_standard_run_made_before_weight_averaging_resumes_keeping_each_policy(tmp_path):
+    """Its final job's checkpoints hold no averaged policies: it resumes with keep_best_average 1."""
+    standard = PRESETS["standard"]
+    run = RunDir.open(tmp_path / "run", standard)
+    stored = json.loads(run.file("config.json").read_text())
+    del stored["keep_best_average"]
+    run.file("config.json").write_text(json.dumps(stored))
+    with pytest.raises(ConfigMismatch, match=r"keep_best_average: 1 -> 5\); keep_best_average's default has changed "
+                                             r"since: put `keep_best_average = 1` in a --config TOML file"):
+        RunDir.open(tmp_path / "run", standard)
+    resumed = dataclasses.replace(standard, keep_best_average=1)
     assert RunDir.open(tmp_path / "run", resumed).config() == resumed
 
 
