@@ -17,7 +17,13 @@ If no checkpoint meets the targets in hindsight, choosing better cannot help and
 must; if some do and the rules miss them, the selection is the lever. With
 `--hindsight-fields N` the checkpoints race on a third set of fields instead, drawn apart
 from both, so that rules reading the selection or the assessment races can be judged on
-races none of them saw (results/checkpoint_hindsight-<tag>-fieldsN.json). Each checkpoint races
+races none of them saw (results/checkpoint_hindsight-<tag>-fieldsN.json). With
+`--hindsight-average K` the checkpoints are replaced by weight averages (stochastic weight
+averaging over checkpoints): at each one the uniform mean of the last K evaluated actors'
+parameters, as `KeepBest(average=K)` takes it in training (`averaged_hindsight`; `half`: of
+every checkpoint from the run's midpoint on), raced on the selection races of its last
+checkpoint (what a rule sees) and on the same assessment races as the single checkpoints,
+so the two compare race for race. Each checkpoint races
 alone, as the run's own assessment did: raced as a stack of actors, their networks' sums round
 otherwise and the races drift apart (on the oval, a kept checkpoint's 23 course-outs in 3 races
 became 20 in a stack of 4). A checkpoint whose save failed in training is named, and nothing is
@@ -34,7 +40,7 @@ import scipy.stats
 from common import RESULTS, print_table, write_results
 
 from jaxrace.agents.checkpoint import load_checkpoint
-from jaxrace.agents.selection import Assessment, racing_score
+from jaxrace.agents.selection import Assessment, average_params, racing_score
 
 
 def run_evaluations(tag: str) -> list[dict]:
@@ -104,3 +110,64 @@ def hindsight(directory: Path, template, final_assessment, ref_lap: float, tag: 
              {"name": "reference lap", "value": round(ref_lap, 2), "unit": "s"},
              {"name": "saved actors", "value": str(directory), "unit": "path"}]
     print(f"wrote {write_results(f'checkpoint_hindsight-{out or tag}', rows)}")
+
+
+def average_windows(steps: list[int], window: str, total_steps: int) -> list[list[int]]:
+    """The checkpoint indices each average takes: with an int K as a string, the last K at every
+    checkpoint (the fewer there are at the first K - 1, as `KeepBest(average=K)` takes them; K = 1:
+    each checkpoint alone, as a run's own selection raced it, for runs that kept averages); with
+    `half`, at every checkpoint of the second half (steps >= total_steps / 2), every one from the
+    first of the second half on."""
+    if window == "half":
+        first = next(i for i, n in enumerate(steps) if n >= total_steps / 2)
+        return [list(range(first, i + 1)) for i in range(first, len(steps))]
+    k = int(window)
+    if k < 1:
+        raise SystemExit(f"--hindsight-average {window}: average at least 1 checkpoint (or 'half')")
+    return [list(range(max(i - k + 1, 0), i + 1)) for i in range(len(steps))]
+
+
+def averaged_hindsight(directory: Path, template, final_assessment, select_assessment, ref_lap: float, tag: str,
+                       out: str, window: str, total_steps: int) -> None:
+    """Assesses weight averages of the saved checkpoints (see the module's docstring) with
+    `final_assessment(actor) -> Assessment`, and on the selection races of the average's last
+    checkpoint with `select_assessment(actor, epoch)`, so each rule of `rule_choices` can keep an
+    average as it kept a checkpoint; writes results/checkpoint_hindsight-<out>.json."""
+    evals = run_evaluations(tag)
+    by_epoch = {int(p.name.removeprefix("epoch")): p for p in (directory / "evaluated").glob("epoch*")}
+    missing = [e["epoch"] for e in evals if e["epoch"] not in by_epoch]
+    if missing:
+        raise SystemExit(f"{directory}/evaluated: no saved actor for the evaluated epochs {missing}")
+    windows = average_windows([e["steps"] for e in evals], window, total_steps)
+    loaded, selected, assessed = {}, [], []
+    for members in windows:
+        for i in members:
+            if i not in loaded:
+                loaded[i] = load_checkpoint(by_epoch[evals[i]["epoch"]], template)[0]
+        actor = average_params([loaded[i] for i in members])
+        last = evals[members[-1]]
+        s = select_assessment(actor, last["epoch"])
+        selected.append({"epoch": last["epoch"], "score": racing_score(s), "met": s.met()})
+        assessed.append({**assessed_row(last["epoch"], last["steps"], final_assessment(actor)),
+                         "averaged_epochs": [evals[i]["epoch"] for i in members]})
+        print(f"assessed {len(assessed)} of {len(windows)} averages", flush=True)
+    choices = rule_choices(selected, assessed)
+    print_table(["last epoch", "checkpoints", "selection: score", "targets met", "assessment: score", "targets met",
+                 "median", "at fault/race", "outs/race", "lap gap %", "TT outs"],
+                [[a["epoch"], len(a["averaged_epochs"]), round(e["score"], 2), sum(e["met"].values()), a["score"],
+                  a["targets_met"], a["median_position"], a["at_fault_per_race"], a["course_outs_per_race"],
+                  a["lap_gap"], a["lap_outs"]] for e, a in zip(selected, assessed, strict=True)])
+    rule_rows = [[rule, assessed[i]["epoch"], assessed[i]["targets_met"], assessed[i]["score"]]
+                 for rule, i in choices.items()]
+    print_table(["rule", "kept average (last epoch)", "assessment: targets met", "assessment: score"], rule_rows)
+    rows = [{"name": "averaged checkpoints: the last K evaluated actors' parameters (half: from the midpoint on)",
+             "unit": "window", "value": window}]
+    rows += [{"name": f"{rule}: kept average, targets met on the assessment races", "value": met,
+              "unit": "targets", "epoch": epoch, "score": score} for rule, epoch, met, score in rule_rows]
+    rows += [{"name": "averages meeting k targets on the assessment races (k = 0..4)", "unit": "count",
+              "value": [sum(a["targets_met"] == k for a in assessed) for k in range(5)]},
+             {"name": "every average: the selection races and the assessment", "unit": "list",
+              "value": [{"selection": e, "assessment": a} for e, a in zip(selected, assessed, strict=True)]},
+             {"name": "reference lap", "value": round(ref_lap, 2), "unit": "s"},
+             {"name": "saved actors", "value": str(directory), "unit": "path"}]
+    print(f"wrote {write_results(f'checkpoint_hindsight-{out}', rows)}")

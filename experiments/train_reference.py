@@ -21,7 +21,8 @@ or, with `--pack-gap G`, bunched G m apart; each env's AI cars get their own agg
 Every `--eval-every` chunks the policy also runs a time trial and `--select-races` races
 on other fields than those of step 2; the best of those checkpoints by a racing score
 (`racing_score`) is
-the kept checkpoint, assessed beside the final policy (with `--save DIR --save-evaluated`
+the kept checkpoint (with `--keep-average K`: the best mean of the parameters of the last K
+evaluated policies, `KeepBest(average=K)`), assessed beside the final policy (with `--save DIR --save-evaluated`
 every evaluated checkpoint is saved too, and `--assess DIR --hindsight` assesses them all and
 the checkpoint each selection rule would keep: checkpoint_hindsight.py). Writes results/train_reference.json
 and .png (with `--tag T`: train_reference-T.json and .png, for variants).
@@ -228,6 +229,10 @@ def main() -> None:
     parser.add_argument("--eval-every", type=int, default=3, help="chunks between checkpoint evaluations")
     parser.add_argument("--select-races", type=int, default=16,
                         help="races per checkpoint evaluation (0: time trial only)")
+    parser.add_argument("--keep-average", type=int, default=1, metavar="K",
+                        help="judge and keep the mean of the parameters of the last K evaluated policies "
+                             "(weight averaging over checkpoints; --save-evaluated still saves each policy; "
+                             "1: each policy itself)")
     parser.add_argument("--races", type=int, default=20)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--target-entropy", type=float, default=-2.0)
@@ -302,6 +307,12 @@ def main() -> None:
                         help="with --hindsight: judge the checkpoints on a third set of --races fields (the N-th, "
                              "drawn apart from the selection's and the assessment's), into "
                              "results/checkpoint_hindsight-<tag>-fields<N>.json: a held-out judge of the rules")
+    parser.add_argument("--hindsight-average", default=None, metavar="K",
+                        help="with --hindsight: instead of single checkpoints, weight averages of the last K "
+                             "evaluated actors (half: of every one from the midpoint on; 1: each alone, for a run "
+                             "that kept averages), also on the selection races, and the one each rule would keep, "
+                             "into "
+                             "results/checkpoint_hindsight-<tag>[-fields<N>]-avg<K>.json")
     parser.add_argument("--anatomy", action="store_true",
                         help="with --assess: when and how the saved actors' at-fault contacts in the 20 races begin "
                              "(experiments/contact_anatomy.py), into results/contact_anatomy-<tag>.json")
@@ -351,8 +362,14 @@ def main() -> None:
         parser.error("--anatomy and --hindsight look at saved actors: they need --assess DIR")
     if args.hindsight_fields and not args.hindsight:
         parser.error("--hindsight-fields judges the checkpoints of --hindsight: it needs --assess DIR --hindsight")
+    if args.hindsight_average is not None and not args.hindsight:
+        parser.error("--hindsight-average averages the checkpoints of --hindsight: it needs --assess DIR --hindsight")
+    if args.hindsight_average is not None and args.steps is None:
+        parser.error("--hindsight-average needs the run's --steps (its midpoint starts the averages)")
     if args.hindsight_fields < 0:
         parser.error(f"--hindsight-fields must be positive, got {args.hindsight_fields}")
+    if args.keep_average < 1:
+        parser.error(f"--keep-average must be at least 1 (1: no averaging), got {args.keep_average}")
     if args.save_evaluated and not args.save:
         parser.error("--save-evaluated writes under the --save directory: it needs --save DIR")
     if not 0.0 <= args.ai_skill_spread < 0.5:
@@ -470,13 +487,6 @@ def main() -> None:
 
     def score(epoch, actors):
         a = assess(trainer, actors, ref_lap, jax.random.fold_in(k_select, epoch), **judge)[0]
-        if args.save_evaluated:
-            try:
-                save_checkpoint(Path(args.save) / "evaluated" / f"epoch{epoch:06d}",
-                                jax.tree.map(lambda x: x[0], actors), epoch)
-            except Exception as err:  # noqa: BLE001 (a failed save must not cost the training; --hindsight names it)
-                print(f"could not save the actor of epoch {epoch} to {args.save}/evaluated "
-                      f"({type(err).__name__}: {err}); training on", flush=True)
         evals.append(dict(steps=epoch * steps_per_epoch, epoch=epoch, lap=a.lap, outs=a.lap_outs, races=a.races,
                           mean_position=float(np.mean(a.positions)) if a.positions else None,
                           median_position=float(np.median(a.positions)) if a.positions else None,
@@ -494,7 +504,7 @@ def main() -> None:
         return evaluate(trainer, jax.tree.map(lambda x: x[None], actor), race_env, final_fields,
                         jax.random.split(k_eval)[1], race_steps, num_races=args.races, params_per_race=True)
 
-    keep = KeepBest(score, every=args.eval_every)
+    keep = KeepBest(score, every=args.eval_every, average=args.keep_average)
     init = jax.jit(trainer.init)
     budget = 60 * args.minutes
     fused_chunks = {id(t): jax.jit(lambda s, h, t=t: t.run_epochs(s, h, 0, args.chunk_epochs), donate_argnums=0)
@@ -539,9 +549,17 @@ def main() -> None:
     t0 = time.perf_counter()
     state = committed(init(k_init, hparams, 0))  # else the second chunk compiles again
     if args.assess and args.hindsight:
-        from checkpoint_hindsight import hindsight
+        from checkpoint_hindsight import averaged_hindsight, hindsight
 
         out = f"{args.tag}-fields{args.hindsight_fields}" if args.hindsight_fields else args.tag
+        if args.hindsight_average is not None:
+            def select_assessment(actor, epoch):  # the selection races `score` ran at `epoch`
+                return assess(trainer, jax.tree.map(lambda x: x[None], actor), ref_lap,
+                              jax.random.fold_in(k_select, epoch), **judge)[0]
+
+            return averaged_hindsight(Path(args.assess), state.policy_actor, final_assessment, select_assessment,
+                                      ref_lap, args.tag, f"{out}-avg{args.hindsight_average}",
+                                      args.hindsight_average, args.steps)
         return hindsight(Path(args.assess), state.policy_actor, final_assessment, ref_lap, args.tag, out)
     if args.assess:
         return assess_saved(args, Path(args.assess), state.policy_actor, final_assessment, track_name, final_races,
@@ -573,6 +591,12 @@ def main() -> None:
             raise SystemExit("the run failed (non-finite loss): see the log above")
         started = time.perf_counter()
         keep.update(epochs, jax.tree.map(lambda x: x[None], state.policy_actor))
+        if chunks % args.eval_every == 0 and args.save_evaluated:  # the policy itself, with --keep-average too
+            try:
+                save_checkpoint(Path(args.save) / "evaluated" / f"epoch{epochs:06d}", state.policy_actor, epochs)
+            except Exception as err:  # noqa: BLE001 (a failed save must not cost the training; --hindsight names it)
+                print(f"could not save the actor of epoch {epochs} to {args.save}/evaluated "
+                      f"({type(err).__name__}: {err}); training on", flush=True)
         if chunks % args.eval_every == 0:
             eval_s = time.perf_counter() - started
             e = evals[-1]
