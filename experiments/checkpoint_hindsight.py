@@ -20,8 +20,8 @@ from both, so that rules reading the selection or the assessment races can be ju
 races none of them saw (results/checkpoint_hindsight-<tag>-fieldsN.json). With
 `--hindsight-average K` the checkpoints are replaced by weight averages (stochastic weight
 averaging over checkpoints): at each one the uniform mean of the last K evaluated actors'
-parameters, as `KeepBest(average=K)` takes it in training (`averaged_hindsight`; `half`: of
-every checkpoint from the run's midpoint on), raced on the selection races of its last
+parameters, as `KeepBest(average=K)` takes it in training (`averaged_hindsight`), raced on
+the selection races of its last
 checkpoint (what a rule sees) and on the same assessment races as the single checkpoints,
 so the two compare race for race. Each checkpoint races
 alone, as the run's own assessment did: raced as a stack of actors, their networks' sums round
@@ -112,23 +112,15 @@ def hindsight(directory: Path, template, final_assessment, ref_lap: float, tag: 
     print(f"wrote {write_results(f'checkpoint_hindsight-{out or tag}', rows)}")
 
 
-def average_windows(steps: list[int], window: str, total_steps: int) -> list[list[int]]:
-    """The checkpoint indices each average takes: with an int K as a string, the last K at every
-    checkpoint (the fewer there are at the first K - 1, as `KeepBest(average=K)` takes them; K = 1:
-    each checkpoint alone, as a run's own selection raced it, for runs that kept averages); with
-    `half`, at every checkpoint of the second half (steps >= total_steps / 2), every one from the
-    first of the second half on."""
-    if window == "half":
-        first = next(i for i, n in enumerate(steps) if n >= total_steps / 2)
-        return [list(range(first, i + 1)) for i in range(first, len(steps))]
-    k = int(window)
-    if k < 1:
-        raise SystemExit(f"--hindsight-average {window}: average at least 1 checkpoint (or 'half')")
-    return [list(range(max(i - k + 1, 0), i + 1)) for i in range(len(steps))]
+def average_windows(count: int, k: int) -> list[list[int]]:
+    """The checkpoint indices each average takes: the last `k` at each of `count` checkpoints (the
+    fewer there are at the first k - 1, as `KeepBest(average=k)` takes them; k = 1: each alone, as a
+    run's own selection raced it, for runs that kept averages)."""
+    return [list(range(max(i - k + 1, 0), i + 1)) for i in range(count)]
 
 
 def averaged_hindsight(directory: Path, template, final_assessment, select_assessment, ref_lap: float, tag: str,
-                       out: str, window: str, total_steps: int) -> None:
+                       out: str, window: int) -> None:
     """Assesses weight averages of the saved checkpoints (see the module's docstring) with
     `final_assessment(actor) -> Assessment`, and on the selection races of the average's last
     checkpoint with `select_assessment(actor, epoch)`, so each rule of `rule_choices` can keep an
@@ -138,7 +130,7 @@ def averaged_hindsight(directory: Path, template, final_assessment, select_asses
     missing = [e["epoch"] for e in evals if e["epoch"] not in by_epoch]
     if missing:
         raise SystemExit(f"{directory}/evaluated: no saved actor for the evaluated epochs {missing}")
-    windows = average_windows([e["steps"] for e in evals], window, total_steps)
+    windows = average_windows(len(evals), window)
     loaded, selected, assessed = {}, [], []
     for members in windows:
         for i in members:
@@ -160,7 +152,7 @@ def averaged_hindsight(directory: Path, template, final_assessment, select_asses
     rule_rows = [[rule, assessed[i]["epoch"], assessed[i]["targets_met"], assessed[i]["score"]]
                  for rule, i in choices.items()]
     print_table(["rule", "kept average (last epoch)", "assessment: targets met", "assessment: score"], rule_rows)
-    rows = [{"name": "averaged checkpoints: the last K evaluated actors' parameters (half: from the midpoint on)",
+    rows = [{"name": "averaged checkpoints: the last K evaluated actors' parameters",
              "unit": "window", "value": window}]
     rows += [{"name": f"{rule}: kept average, targets met on the assessment races", "value": met,
               "unit": "targets", "epoch": epoch, "score": score} for rule, epoch, met, score in rule_rows]

@@ -307,11 +307,10 @@ def main() -> None:
                         help="with --hindsight: judge the checkpoints on a third set of --races fields (the N-th, "
                              "drawn apart from the selection's and the assessment's), into "
                              "results/checkpoint_hindsight-<tag>-fields<N>.json: a held-out judge of the rules")
-    parser.add_argument("--hindsight-average", default=None, metavar="K",
+    parser.add_argument("--hindsight-average", type=int, default=None, metavar="K",
                         help="with --hindsight: instead of single checkpoints, weight averages of the last K "
-                             "evaluated actors (half: of every one from the midpoint on; 1: each alone, for a run "
-                             "that kept averages), also on the selection races, and the one each rule would keep, "
-                             "into "
+                             "evaluated actors (1: each alone, for a run that kept averages), also on the selection "
+                             "races, and the one each rule would keep, into "
                              "results/checkpoint_hindsight-<tag>[-fields<N>]-avg<K>.json")
     parser.add_argument("--anatomy", action="store_true",
                         help="with --assess: when and how the saved actors' at-fault contacts in the 20 races begin "
@@ -364,8 +363,8 @@ def main() -> None:
         parser.error("--hindsight-fields judges the checkpoints of --hindsight: it needs --assess DIR --hindsight")
     if args.hindsight_average is not None and not args.hindsight:
         parser.error("--hindsight-average averages the checkpoints of --hindsight: it needs --assess DIR --hindsight")
-    if args.hindsight_average is not None and args.steps is None:
-        parser.error("--hindsight-average needs the run's --steps (its midpoint starts the averages)")
+    if args.hindsight_average is not None and args.hindsight_average < 1:
+        parser.error(f"--hindsight-average must be at least 1 (1: each checkpoint alone), got {args.hindsight_average}")
     if args.hindsight_fields < 0:
         parser.error(f"--hindsight-fields must be positive, got {args.hindsight_fields}")
     if args.keep_average < 1:
@@ -559,7 +558,7 @@ def main() -> None:
 
             return averaged_hindsight(Path(args.assess), state.policy_actor, final_assessment, select_assessment,
                                       ref_lap, args.tag, f"{out}-avg{args.hindsight_average}",
-                                      args.hindsight_average, args.steps)
+                                      args.hindsight_average)
         return hindsight(Path(args.assess), state.policy_actor, final_assessment, ref_lap, args.tag, out)
     if args.assess:
         return assess_saved(args, Path(args.assess), state.policy_actor, final_assessment, track_name, final_races,

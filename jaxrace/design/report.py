@@ -346,6 +346,18 @@ def _training_notes(config) -> str:
     return "".join(out)
 
 
+def _kept_note(kept: dict, runs: list[dict]) -> str:
+    """What the final job kept of each run (final/train/kept.json) and how it chose."""
+    chosen = ", ".join(f"{_e(r['candidate'])} (seed {r['seed']}): epoch {epoch}" for r, epoch in
+                       zip(runs, kept["epoch"], strict=True))
+    averaged = kept.get("averaged_policies", 1)  # (run directories before weight averaging lack it)
+    what = (f"the mean of the parameters of each run's last {averaged} judged policies (weight averaging)"
+            if averaged > 1 else "each run's policy")
+    return (f"<p>Each agent is its run's best checkpoint by the task: every {kept['every_chunks']} chunk(s) of "
+            f"training {what} raced {kept['races']} times on fields of its own, and the races were scored as "
+            f"the scripted judge scores a clip. Kept: {chosen}.</p>")
+
+
 def _final(run: RunDir) -> str:
     if not run.exists("final/race/metrics.json"):
         return '<h2 id="final">Final agent</h2><p class="note">not run yet</p>'
@@ -371,15 +383,7 @@ def _final(run: RunDir) -> str:
                   ["" if names[0] in LIBRARY_BASELINES else "best"] + [""] * (len(rows) - 1)),
            _incidents(run, names, runs, metrics["races"])]
     if run.exists("final/train/kept.json"):
-        kept = run.read_json("final/train/kept.json")
-        chosen = ", ".join(f"{_e(r['candidate'])} (seed {r['seed']}): epoch {epoch}" for r, epoch in
-                           zip(runs, kept["epoch"], strict=True))
-        averaged = kept.get("averaged_policies", 1)  # (run directories before weight averaging lack it)
-        what = (f"the mean of the parameters of its last {averaged} judged policies (weight averaging)"
-                if averaged > 1 else "the policy")
-        out.append(f"<p>Each agent is its run's best checkpoint by the task: every {kept['every_chunks']} "
-                   f"chunk(s) of training {what} raced {kept['races']} times on fields of its own, and "
-                   f"the races were scored as the scripted judge scores a clip. Kept: {chosen}.</p>")
+        out.append(_kept_note(run.read_json("final/train/kept.json"), runs))
     out.append(_training_notes(run.config()))
     if run.exists("final/train/curves.json"):
         out.append(_curves(run.read_json("final/train/curves.json")))

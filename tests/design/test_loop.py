@@ -108,6 +108,7 @@ def test_every_stage_writes_its_files(finished):
     for r, epoch in enumerate(kept["epoch"]):  # the first judgement with the highest task score
         best = max(kept["judged"], key=lambda j, r=r: j["task_score"][r])
         assert epoch == best["epoch"] and kept["task_score"][r] == best["task_score"][r]
+    assert kept["averaged_policies"] == 1 and "each run's policy raced" in (run / "report.html").read_text()
     assert "Kept: " in (run / "report.html").read_text()
     # Each final agent's time trial: alone for two laps, its best lap (if it completed one) against the reference.
     trial = json.loads((run / "final" / "trial.json").read_text())

@@ -4,7 +4,7 @@ import dataclasses
 import json
 
 from jaxrace.design.config import load_config
-from jaxrace.design.report import _tokens_by_stage, _training_notes
+from jaxrace.design.report import _kept_note, _tokens_by_stage, _training_notes
 from jaxrace.design.rundir import RunDir
 
 
@@ -29,3 +29,14 @@ def test_the_final_section_says_when_agents_are_averaged_or_risk_averse():
     notes = _training_notes(dataclasses.replace(quick, actor_average=3e-4, actor_cvar=0.5))
     assert "policy averaging: 0.0003 of the way" in notes and "the lowest 50% of its critic's return" in notes
     assert "averaging" not in _training_notes(dataclasses.replace(quick, actor_cvar=0.25))
+
+
+def test_the_report_says_whether_the_final_job_kept_policies_or_weight_averages():
+    runs = [{"candidate": "i2-c1", "seed": 0}, {"candidate": "gt_sophy", "seed": 0}]
+    kept = {"epoch": [400, 800], "every_chunks": 4, "races": 8}  # a run directory from before averaging
+    plain = _kept_note(kept, runs)
+    assert "every 4 chunk(s) of training each run's policy raced 8 times" in plain
+    assert "Kept: i2-c1 (seed 0): epoch 400, gt_sophy (seed 0): epoch 800." in plain
+    averaged = _kept_note({**kept, "averaged_policies": 5}, runs)
+    assert "the mean of the parameters of each run's last 5 judged policies (weight averaging) raced 8" in averaged
+    assert _kept_note({**kept, "averaged_policies": 1}, runs) == plain
