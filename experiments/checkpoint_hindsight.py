@@ -23,7 +23,9 @@ averaging over checkpoints): at each one the uniform mean of the last K evaluate
 parameters, as `KeepBest(average=K)` takes it in training (`averaged_hindsight`), raced on
 the selection races of its last
 checkpoint (what a rule sees) and on the same assessment races as the single checkpoints,
-so the two compare race for race. Each checkpoint races
+so the two compare race for race; with `--select-races N` the averages race on N selection
+races instead of the run's 16 (`-selectN` in the file's name), and each race's finish, contacts
+and course-outs are kept, so that a rule can be re-scored on any subset of them. Each checkpoint races
 alone, as the run's own assessment did: raced as a stack of actors, their networks' sums round
 otherwise and the races drift apart (on the oval, a kept checkpoint's 23 course-outs in 3 races
 became 20 in a stack of 4). A checkpoint whose save failed in training is named, and nothing is
@@ -71,6 +73,15 @@ def assessed_row(epoch: int, steps: int, a: Assessment) -> dict:
             "score": round(racing_score(a), 3), "median_position": float(np.median(a.positions)),
             "at_fault_per_race": a.at_fault / a.races, "course_outs_per_race": a.course_outs / a.races,
             "lap_gap": None if a.lap_gap is None else round(a.lap_gap, 2), "lap_outs": a.lap_outs}
+
+
+def selection_row(epoch: int, a: Assessment) -> dict:
+    """What a rule sees of an average's selection races: its score and targets, and each race's
+    finish, at-fault contacts and course-outs (so that a rule can be re-scored offline on a subset)."""
+    return {"epoch": epoch, "score": racing_score(a), "met": a.met(),
+            "lap_gap": None if a.lap_gap is None else round(a.lap_gap, 3), "lap_outs": a.lap_outs,
+            "positions": list(a.positions), "at_fault_by_race": list(a.at_fault_by_race),
+            "outs_by_race": list(a.outs_by_race)}
 
 
 def hindsight(directory: Path, template, final_assessment, ref_lap: float, tag: str, out: str | None = None) -> None:
@@ -138,8 +149,7 @@ def averaged_hindsight(directory: Path, template, final_assessment, select_asses
                 loaded[i] = load_checkpoint(by_epoch[evals[i]["epoch"]], template)[0]
         actor = average_params([loaded[i] for i in members])
         last = evals[members[-1]]
-        s = select_assessment(actor, last["epoch"])
-        selected.append({"epoch": last["epoch"], "score": racing_score(s), "met": s.met()})
+        selected.append(selection_row(last["epoch"], select_assessment(actor, last["epoch"])))
         assessed.append({**assessed_row(last["epoch"], last["steps"], final_assessment(actor)),
                          "averaged_epochs": [evals[i]["epoch"] for i in members]})
         print(f"assessed {len(assessed)} of {len(windows)} averages", flush=True)

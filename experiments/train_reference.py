@@ -94,6 +94,7 @@ def result_rows(prefix: str, a: Assessment) -> list[dict]:
         {"name": f"{prefix}races, collisions at fault (total)", "value": a.at_fault, "unit": "count"},
         {"name": f"{prefix}races, course-outs (total)", "value": a.course_outs, "unit": "count"},
         {"name": f"{prefix}races, course-outs by race", "value": list(a.outs_by_race), "unit": "list"},
+        {"name": f"{prefix}races, at-fault contacts by race", "value": list(a.at_fault_by_race), "unit": "list"},
         {"name": f"{prefix}races, finished (1) or out of time (0)", "value": [int(f) for f in a.finished],
          "unit": "list"},
         {"name": f"{prefix}races, mean squared action change per step (steering, throttle_brake)",
@@ -365,6 +366,9 @@ def main() -> None:
         parser.error("--hindsight-average averages the checkpoints of --hindsight: it needs --assess DIR --hindsight")
     if args.hindsight_average is not None and args.hindsight_average < 1:
         parser.error(f"--hindsight-average must be at least 1 (1: each checkpoint alone), got {args.hindsight_average}")
+    if args.hindsight and args.hindsight_average is None and args.select_races != parser.get_default("select_races"):
+        parser.error("--select-races with --hindsight: the single checkpoints keep the run's own selection "
+                     "races; race the averages on more with --hindsight-average K")
     if args.hindsight_fields < 0:
         parser.error(f"--hindsight-fields must be positive, got {args.hindsight_fields}")
     if args.keep_average < 1:
@@ -550,7 +554,11 @@ def main() -> None:
     if args.assess and args.hindsight:
         from checkpoint_hindsight import averaged_hindsight, hindsight
 
-        out = f"{args.tag}-fields{args.hindsight_fields}" if args.hindsight_fields else args.tag
+        out = args.tag
+        if args.select_races != parser.get_default("select_races"):  # the averages' selection races
+            out += f"-select{args.select_races}"
+        if args.hindsight_fields:
+            out += f"-fields{args.hindsight_fields}"
         if args.hindsight_average is not None:
             def select_assessment(actor, epoch):  # the selection races `score` ran at `epoch`
                 return assess(trainer, jax.tree.map(lambda x: x[None], actor), ref_lap,

@@ -45,6 +45,7 @@ class Assessment:
     course_outs: int  # over all races
     finished: tuple[bool, ...] = ()  # each race: all its laps done before the time ran out
     outs_by_race: tuple[int, ...] = ()  # each race's course-outs
+    at_fault_by_race: tuple[int, ...] = ()  # each race's at-fault contacts
     # mean squared change of (steering, throttle_brake) per step over the races (None: no races)
     action_change: tuple[float, float] | None = None
 
@@ -110,7 +111,8 @@ def assess(trainer, actors, ref_lap: float, key: jax.Array, *, tt_env=None, tt_p
                        at_fault=sum(m.collisions_at_fault for m in per_run),
                        course_outs=sum(m.course_outs for m in per_run),
                        finished=tuple(bool(m.finished) for m in per_run),
-                       outs_by_race=tuple(int(m.course_outs) for m in per_run), action_change=change)
+                       outs_by_race=tuple(int(m.course_outs) for m in per_run),
+                       at_fault_by_race=tuple(int(m.collisions_at_fault) for m in per_run), action_change=change)
             for (lap, outs), per_run, change in zip(laps, races, changes, strict=True)]
 
 

@@ -528,8 +528,9 @@ def test_keep_best_keeps_each_runs_best_checkpoint_and_a_resumed_job_keeps_it(tr
 
 
 def test_assess_reports_each_race_as_its_totals_do(setup, trainer):
-    """selection.assess: per-race finishes and course-outs, consistent with the totals (the
-    train_reference results list them, to tell a slow race from one that ran out of time)."""
+    """selection.assess: per-race finishes, course-outs and at-fault contacts, consistent with the
+    totals (the train_reference results list them, to tell a slow race from one that ran out of
+    time; checkpoint_hindsight keeps them to re-score a subset of the selection races)."""
     from jaxrace.agents.evaluation import evaluate
     from jaxrace.agents.selection import assess
     from jaxrace.envs import race_fields
@@ -546,4 +547,6 @@ def test_assess_reports_each_race_as_its_totals_do(setup, trainer):
     change = np.square(np.diff(np.asarray(raced.actions[0], np.float64), axis=1)).mean(axis=(0, 1))
     np.testing.assert_allclose(got.action_change, change, rtol=1e-9)  # nobody finished: every step counts
     assert got.outs_by_race == tuple(m.course_outs for m in races) and sum(got.outs_by_race) == got.course_outs
+    assert got.at_fault_by_race == tuple(m.collisions_at_fault for m in races)
+    assert sum(got.at_fault_by_race) == got.at_fault
     assert got.positions == tuple(m.finishing_position for m in races) and got.lap is None
