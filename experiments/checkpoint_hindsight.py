@@ -67,24 +67,25 @@ def rule_choices(evals: list[dict], assessed: list[dict]) -> dict[str, int]:
     }
 
 
-def assessed_row(epoch: int, steps: int, a: Assessment) -> dict:
+def assessed_row(epoch: int, steps: int, a: Assessment, lap_miss: float = 0.0) -> dict:
     met = a.met()
     return {"epoch": epoch, "steps": steps, "targets_met": sum(met.values()), "met": met,
-            "score": round(racing_score(a), 3), "median_position": float(np.median(a.positions)),
+            "score": round(racing_score(a, lap_miss=lap_miss), 3), "median_position": float(np.median(a.positions)),
             "at_fault_per_race": a.at_fault / a.races, "course_outs_per_race": a.course_outs / a.races,
             "lap_gap": None if a.lap_gap is None else round(a.lap_gap, 2), "lap_outs": a.lap_outs}
 
 
-def selection_row(epoch: int, a: Assessment) -> dict:
+def selection_row(epoch: int, a: Assessment, lap_miss: float = 0.0) -> dict:
     """What a rule sees of an average's selection races: its score and targets, and each race's
     finish, at-fault contacts and course-outs (so that a rule can be re-scored offline on a subset)."""
-    return {"epoch": epoch, "score": racing_score(a), "met": a.met(),
+    return {"epoch": epoch, "score": racing_score(a, lap_miss=lap_miss), "met": a.met(),
             "lap_gap": None if a.lap_gap is None else round(a.lap_gap, 3), "lap_outs": a.lap_outs,
             "positions": list(a.positions), "at_fault_by_race": list(a.at_fault_by_race),
             "outs_by_race": list(a.outs_by_race)}
 
 
-def hindsight(directory: Path, template, final_assessment, ref_lap: float, tag: str, out: str | None = None) -> None:
+def hindsight(directory: Path, template, final_assessment, ref_lap: float, tag: str, out: str | None = None,
+              lap_miss: float = 0.0) -> None:
     """Assesses every checkpoint under `directory`/evaluated with `final_assessment(actor) -> Assessment`
     (the run's own assessment, or a third set of races) and writes results/checkpoint_hindsight-<out>.json
     (`out`: the run's `tag` unless given)."""
@@ -97,7 +98,7 @@ def hindsight(directory: Path, template, final_assessment, ref_lap: float, tag: 
     assessed = []
     for e in evals:  # one at a time: see the module's docstring
         a = final_assessment(load_checkpoint(by_epoch[e["epoch"]], template)[0])
-        assessed.append(assessed_row(e["epoch"], e["steps"], a))
+        assessed.append(assessed_row(e["epoch"], e["steps"], a, lap_miss))
         print(f"assessed {len(assessed)} of {len(evals)} checkpoints", flush=True)
     choices = rule_choices(evals, assessed)
     print_table(["epoch", "selection: score", "targets met", "assessment: score", "targets met", "median",
@@ -131,7 +132,7 @@ def average_windows(count: int, k: int) -> list[list[int]]:
 
 
 def averaged_hindsight(directory: Path, template, final_assessment, select_assessment, ref_lap: float, tag: str,
-                       out: str, window: int) -> None:
+                       out: str, window: int, lap_miss: float = 0.0) -> None:
     """Assesses weight averages of the saved checkpoints (see the module's docstring) with
     `final_assessment(actor) -> Assessment`, and on the selection races of the average's last
     checkpoint with `select_assessment(actor, epoch)`, so each rule of `rule_choices` can keep an
@@ -149,8 +150,8 @@ def averaged_hindsight(directory: Path, template, final_assessment, select_asses
                 loaded[i] = load_checkpoint(by_epoch[evals[i]["epoch"]], template)[0]
         actor = average_params([loaded[i] for i in members])
         last = evals[members[-1]]
-        selected.append(selection_row(last["epoch"], select_assessment(actor, last["epoch"])))
-        assessed.append({**assessed_row(last["epoch"], last["steps"], final_assessment(actor)),
+        selected.append(selection_row(last["epoch"], select_assessment(actor, last["epoch"]), lap_miss))
+        assessed.append({**assessed_row(last["epoch"], last["steps"], final_assessment(actor), lap_miss),
                          "averaged_epochs": [evals[i]["epoch"] for i in members]})
         print(f"assessed {len(assessed)} of {len(windows)} averages", flush=True)
     choices = rule_choices(selected, assessed)

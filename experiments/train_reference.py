@@ -20,7 +20,7 @@ or, with `--pack-gap G`, bunched G m apart; each env's AI cars get their own agg
    course-out per race.
 Every `--eval-every` chunks the policy also runs a time trial and `--select-races` races
 on other fields than those of step 2; the best of those checkpoints by a racing score
-(`racing_score`) is
+(`racing_score`; `--lap-miss C` adds C when the lap target is missed) is
 the kept checkpoint (with `--keep-average K`: the best mean of the parameters of the last K
 evaluated policies, `KeepBest(average=K)`), assessed beside the final policy (with `--save DIR --save-evaluated`
 every evaluated checkpoint is saved too, and `--assess DIR --hindsight` assesses them all and
@@ -230,6 +230,9 @@ def main() -> None:
     parser.add_argument("--eval-every", type=int, default=3, help="chunks between checkpoint evaluations")
     parser.add_argument("--select-races", type=int, default=16,
                         help="races per checkpoint evaluation (0: time trial only)")
+    parser.add_argument("--lap-miss", type=float, default=0.0, metavar="COST",
+                        help="racing score: what a missed lap target costs on top of its gap and course-outs "
+                             "(runs before 2026-11-30 used 0)")
     parser.add_argument("--keep-average", type=int, default=1, metavar="K",
                         help="judge and keep the mean of the parameters of the last K evaluated policies "
                              "(weight averaging over checkpoints; --save-evaluated still saves each policy; "
@@ -494,7 +497,7 @@ def main() -> None:
                           mean_position=float(np.mean(a.positions)) if a.positions else None,
                           median_position=float(np.median(a.positions)) if a.positions else None,
                           met=a.met(),
-                          at_fault=a.at_fault, race_outs=a.course_outs, score=racing_score(a),
+                          at_fault=a.at_fault, race_outs=a.course_outs, score=racing_score(a, lap_miss=args.lap_miss),
                           action_change=None if a.action_change is None else [round(c, 5) for c in a.action_change]))
         return np.array([evals[-1]["score"]])
 
@@ -566,8 +569,8 @@ def main() -> None:
 
             return averaged_hindsight(Path(args.assess), state.policy_actor, final_assessment, select_assessment,
                                       ref_lap, args.tag, f"{out}-avg{args.hindsight_average}",
-                                      args.hindsight_average)
-        return hindsight(Path(args.assess), state.policy_actor, final_assessment, ref_lap, args.tag, out)
+                                      args.hindsight_average, args.lap_miss)
+        return hindsight(Path(args.assess), state.policy_actor, final_assessment, ref_lap, args.tag, out, args.lap_miss)
     if args.assess:
         return assess_saved(args, Path(args.assess), state.policy_actor, final_assessment, track_name, final_races,
                             float(race_env.static.dt), race_params.tracks)

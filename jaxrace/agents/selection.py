@@ -62,10 +62,11 @@ class Assessment:
                 "course_outs": self.course_outs / races <= targets.max_course_outs}
 
 
-def racing_score(a: Assessment, targets: Targets = Targets()) -> float:
+def racing_score(a: Assessment, targets: Targets = Targets(), lap_miss: float = 0.0) -> float:
     """Lower is better: mean finishing position, plus at-fault contacts and course-outs per
     race (three times more beyond the targets), plus a time-trial penalty (0 within the lap
-    target with no course-out; a fifth per % beyond it and 1 per course-out; 10 without a lap)."""
+    target with no course-out; a fifth per % beyond it and 1 per course-out; 10 without a lap),
+    plus `lap_miss` whenever the lap target is missed (a lap 5.04% off otherwise costs 0.008)."""
     races = max(a.races, 1)
     fault, outs = a.at_fault / races, a.course_outs / races
     if a.lap_gap is None:
@@ -74,7 +75,8 @@ def racing_score(a: Assessment, targets: Targets = Targets()) -> float:
         lap = max(a.lap_gap - targets.max_lap_gap, 0.0) / 5.0 + a.lap_outs
     position = float(np.mean(a.positions)) if a.positions else 0.0
     beyond = max(fault - targets.max_at_fault, 0.0) + max(outs - targets.max_course_outs, 0.0)
-    return position + fault + outs + 3.0 * beyond + lap
+    missed = 0.0 if a.met(targets)["lap"] else lap_miss
+    return position + fault + outs + 3.0 * beyond + lap + missed
 
 
 def assess(trainer, actors, ref_lap: float, key: jax.Array, *, tt_env=None, tt_params=None, tt_steps: int = 0,

@@ -24,6 +24,18 @@ def test_the_score_adds_position_contacts_course_outs_and_the_time_trial():
     assert racing_score(assessment(), Targets(max_at_fault=0.5)) == pytest.approx(4.0 + 3 * 0.5)
 
 
+def test_a_missed_lap_target_costs_lap_miss_more():
+    # 0.04 points beyond 5% cost 0.008 alone; with lap_miss=1 the miss itself costs 1
+    assert racing_score(assessment(lap_gap=5.04)) == pytest.approx(4.0 + 0.008)
+    assert racing_score(assessment(lap_gap=5.04), lap_miss=1.0) == pytest.approx(4.0 + 0.008 + 1.0)
+    # a lap within 5% with a course-out misses it too; no full lap misses it
+    assert racing_score(assessment(lap_outs=1), lap_miss=1.0) == pytest.approx(4.0 + 1.0 + 1.0)
+    assert racing_score(assessment(lap=None, lap_gap=None), lap_miss=1.0) == pytest.approx(4.0 + 10.0 + 1.0)
+    # a met target costs nothing, and the step follows the targets given
+    assert racing_score(assessment(lap_gap=5.0), lap_miss=1.0) == pytest.approx(4.0)
+    assert racing_score(assessment(), Targets(max_lap_gap=2.0), lap_miss=1.0) == pytest.approx(4.0 + 0.2 + 1.0)
+
+
 def test_targets_met_or_not():
     assert assessment().met() == {"lap": True, "position": True, "at_fault": True, "course_outs": True}
     met = assessment(lap_outs=1, positions=(1, 4, 5, 8), at_fault=9, course_outs=4).met()
