@@ -67,7 +67,7 @@ def rule_choices(evals: list[dict], assessed: list[dict]) -> dict[str, int]:
     }
 
 
-def assessed_row(epoch: int, steps: int, a: Assessment, lap_miss: float = 0.0) -> dict:
+def assessed_row(epoch: int, steps: int, a: Assessment, lap_miss: float = 1.0) -> dict:
     met = a.met()
     return {"epoch": epoch, "steps": steps, "targets_met": sum(met.values()), "met": met,
             "score": round(racing_score(a, lap_miss=lap_miss), 3), "median_position": float(np.median(a.positions)),
@@ -75,7 +75,7 @@ def assessed_row(epoch: int, steps: int, a: Assessment, lap_miss: float = 0.0) -
             "lap_gap": None if a.lap_gap is None else round(a.lap_gap, 2), "lap_outs": a.lap_outs}
 
 
-def selection_row(epoch: int, a: Assessment, lap_miss: float = 0.0) -> dict:
+def selection_row(epoch: int, a: Assessment, lap_miss: float = 1.0) -> dict:
     """What a rule sees of an average's selection races: its score and targets, and each race's
     finish, at-fault contacts and course-outs (so that a rule can be re-scored offline on a subset)."""
     return {"epoch": epoch, "score": racing_score(a, lap_miss=lap_miss), "met": a.met(),
@@ -85,7 +85,7 @@ def selection_row(epoch: int, a: Assessment, lap_miss: float = 0.0) -> dict:
 
 
 def hindsight(directory: Path, template, final_assessment, ref_lap: float, tag: str, out: str | None = None,
-              lap_miss: float = 0.0) -> None:
+              lap_miss: float = 1.0) -> None:
     """Assesses every checkpoint under `directory`/evaluated with `final_assessment(actor) -> Assessment`
     (the run's own assessment, or a third set of races) and writes results/checkpoint_hindsight-<out>.json
     (`out`: the run's `tag` unless given)."""
@@ -132,7 +132,7 @@ def average_windows(count: int, k: int) -> list[list[int]]:
 
 
 def averaged_hindsight(directory: Path, template, final_assessment, select_assessment, ref_lap: float, tag: str,
-                       out: str, window: int, lap_miss: float = 0.0) -> None:
+                       out: str, window: int, lap_miss: float = 1.0) -> None:
     """Assesses weight averages of the saved checkpoints (see the module's docstring) with
     `final_assessment(actor) -> Assessment`, and on the selection races of the average's last
     checkpoint with `select_assessment(actor, epoch)`, so each rule of `rule_choices` can keep an

@@ -230,7 +230,7 @@ def main() -> None:
     parser.add_argument("--eval-every", type=int, default=3, help="chunks between checkpoint evaluations")
     parser.add_argument("--select-races", type=int, default=16,
                         help="races per checkpoint evaluation (0: time trial only)")
-    parser.add_argument("--lap-miss", type=float, default=0.0, metavar="COST",
+    parser.add_argument("--lap-miss", type=float, default=1.0, metavar="COST",
                         help="racing score: what a missed lap target costs on top of its gap and course-outs "
                              "(runs before 2026-11-30 used 0)")
     parser.add_argument("--keep-average", type=int, default=1, metavar="K",

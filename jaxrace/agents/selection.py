@@ -62,11 +62,12 @@ class Assessment:
                 "course_outs": self.course_outs / races <= targets.max_course_outs}
 
 
-def racing_score(a: Assessment, targets: Targets = Targets(), lap_miss: float = 0.0) -> float:
+def racing_score(a: Assessment, targets: Targets = Targets(), lap_miss: float = 1.0) -> float:
     """Lower is better: mean finishing position, plus at-fault contacts and course-outs per
     race (three times more beyond the targets), plus a time-trial penalty (0 within the lap
     target with no course-out; a fifth per % beyond it and 1 per course-out; 10 without a lap),
-    plus `lap_miss` whenever the lap target is missed (a lap 5.04% off otherwise costs 0.008)."""
+    plus `lap_miss` whenever the lap target is missed (a lap 5.04% off otherwise costs 0.008;
+    scores before 2026-11-30 used 0)."""
     races = max(a.races, 1)
     fault, outs = a.at_fault / races, a.course_outs / races
     if a.lap_gap is None:

@@ -17,17 +17,18 @@ def test_the_score_adds_position_contacts_course_outs_and_the_time_trial():
     assert racing_score(assessment()) == pytest.approx(2.5 + 1.0 + 0.5)
     # beyond the targets (2 and 1 per race) the excess counts three times more
     assert racing_score(assessment(at_fault=12, course_outs=8)) == pytest.approx(2.5 + 3 + 2 + 3 * (1 + 1))
-    # the lap: a fifth per % beyond 5 and one per course-out; 10 with no full lap
-    assert racing_score(assessment(lap_gap=10.0, lap_outs=2)) == pytest.approx(4.0 + 1.0 + 2.0)
-    assert racing_score(assessment(lap=None, lap_gap=None)) == pytest.approx(4.0 + 10.0)
+    # the lap: a fifth per % beyond 5 and one per course-out; 10 with no full lap; 1 more for the miss
+    assert racing_score(assessment(lap_gap=10.0, lap_outs=2)) == pytest.approx(4.0 + 1.0 + 2.0 + 1.0)
+    assert racing_score(assessment(lap=None, lap_gap=None)) == pytest.approx(4.0 + 10.0 + 1.0)
     # stricter targets move the excess
     assert racing_score(assessment(), Targets(max_at_fault=0.5)) == pytest.approx(4.0 + 3 * 0.5)
 
 
 def test_a_missed_lap_target_costs_lap_miss_more():
-    # 0.04 points beyond 5% cost 0.008 alone; with lap_miss=1 the miss itself costs 1
-    assert racing_score(assessment(lap_gap=5.04)) == pytest.approx(4.0 + 0.008)
-    assert racing_score(assessment(lap_gap=5.04), lap_miss=1.0) == pytest.approx(4.0 + 0.008 + 1.0)
+    # 0.04 points beyond 5% cost 0.008 alone (lap_miss=0, as scores before 2026-11-30); the miss itself 1
+    assert racing_score(assessment(lap_gap=5.04), lap_miss=0.0) == pytest.approx(4.0 + 0.008)
+    assert racing_score(assessment(lap_gap=5.04)) == pytest.approx(4.0 + 0.008 + 1.0)
+    assert racing_score(assessment(lap_gap=5.04), lap_miss=2.5) == pytest.approx(4.0 + 0.008 + 2.5)
     # a lap within 5% with a course-out misses it too; no full lap misses it
     assert racing_score(assessment(lap_outs=1), lap_miss=1.0) == pytest.approx(4.0 + 1.0 + 1.0)
     assert racing_score(assessment(lap=None, lap_gap=None), lap_miss=1.0) == pytest.approx(4.0 + 10.0 + 1.0)
