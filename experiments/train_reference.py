@@ -374,6 +374,9 @@ def main() -> None:
                      "races; race the averages on more with --hindsight-average K")
     if args.hindsight_fields < 0:
         parser.error(f"--hindsight-fields must be positive, got {args.hindsight_fields}")
+    if not args.lap_miss >= 0.0:
+        parser.error(f"--lap-miss is a cost and must be >= 0 (a negative one rewards a missed lap), "
+                     f"got {args.lap_miss}")
     if args.keep_average < 1:
         parser.error(f"--keep-average must be at least 1 (1: no averaging), got {args.keep_average}")
     if args.save_evaluated and not args.save:

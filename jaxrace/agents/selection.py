@@ -68,6 +68,8 @@ def racing_score(a: Assessment, targets: Targets = Targets(), lap_miss: float = 
     target with no course-out; a fifth per % beyond it and 1 per course-out; 10 without a lap),
     plus `lap_miss` whenever the lap target is missed (a lap 5.04% off otherwise costs 0.008;
     scores before 2026-11-30 used 0)."""
+    if not lap_miss >= 0.0:  # also refuses NaN
+        raise ValueError(f"lap_miss must be a cost >= 0 (a negative one rewards a missed lap), got {lap_miss}")
     races = max(a.races, 1)
     fault, outs = a.at_fault / races, a.course_outs / races
     if a.lap_gap is None:

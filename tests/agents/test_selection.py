@@ -1,5 +1,9 @@
 """Choosing checkpoints by racing: the score and the targets (exact values)."""
 
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -36,6 +40,20 @@ def test_a_missed_lap_target_costs_lap_miss_more():
     assert racing_score(assessment(lap_gap=5.0), lap_miss=1.0) == pytest.approx(4.0)
     assert racing_score(assessment(), Targets(max_lap_gap=2.0), lap_miss=1.0) == pytest.approx(4.0 + 0.2 + 1.0)
 
+
+
+@pytest.mark.parametrize("cost", [-1.0, float("nan")])
+def test_a_negative_or_nan_lap_miss_is_refused(cost):
+    with pytest.raises(ValueError, match="lap_miss must be a cost >= 0"):
+        racing_score(assessment(lap_gap=5.04), lap_miss=cost)
+
+
+def test_train_reference_refuses_a_negative_lap_miss_before_it_trains():
+    script = Path(__file__).resolve().parents[2] / "experiments" / "train_reference.py"
+    done = subprocess.run([sys.executable, str(script), "--lap-miss", "-0.5"], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 2, done.stderr
+    assert "--lap-miss is a cost and must be >= 0" in done.stderr and "-0.5" in done.stderr
 
 def test_targets_met_or_not():
     assert assessment().met() == {"lap": True, "position": True, "at_fault": True, "course_outs": True}

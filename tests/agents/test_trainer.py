@@ -550,3 +550,25 @@ def test_assess_reports_each_race_as_its_totals_do(setup, trainer):
     assert got.at_fault_by_race == tuple(m.collisions_at_fault for m in races)
     assert sum(got.at_fault_by_race) == got.at_fault
     assert got.positions == tuple(m.finishing_position for m in races) and got.lap is None
+
+
+def test_assess_counts_at_fault_contacts_race_by_race_among_opponents():
+    """Full throttle, straight ahead, from the back of a 4-car grid: at-fault contacts, course-outs
+    and wall hits differ per race, so each per-race field must come from its own metric."""
+    from jaxrace.agents.evaluation import evaluate
+    from jaxrace.agents.selection import assess
+    from jaxrace.envs import race_fields
+
+    env, params = jaxrace.make(track="oval", start="grid_back", num_opponents=3, laps=1)
+    racer = small_trainer((env, params, small_setup()[2]))
+    actors = jax.tree.map(lambda x: x[None], jax.jit(racer.init)(jax.random.key(4), HParams(), 0).actor)
+    mean = actors["params"]["Dense_1"]  # the mean head: tanh(mean) is the deterministic action (steer, throttle)
+    actors["params"]["Dense_1"] = {"kernel": jnp.zeros_like(mean["kernel"]), "bias": jnp.array([[0.0, 3.0]])}
+    fields, key = race_fields(params, jax.random.key(5), 3), jax.random.key(6)
+    (got,) = assess(racer, actors, 36.0, key, race_env=env, race_fields=fields, race_steps=150)
+    races = evaluate(racer, actors, env, fields, jax.random.split(key)[1], 150, num_races=3,
+                     params_per_race=True).metrics[0]
+    assert got.at_fault_by_race == (1, 1, 0) == tuple(m.collisions_at_fault for m in races)
+    assert got.outs_by_race == (1, 1, 1) == tuple(m.course_outs for m in races)
+    assert tuple(m.wall_hits for m in races) == (2, 2, 2)
+    assert (got.at_fault, got.course_outs, got.positions) == (2, 3, (4, 4, 4))
