@@ -213,6 +213,15 @@ ABLATIONS = (
                       "brands-E-envs32-avg-margin03-headway-offtrack025-xeon-seed{}", (1,)),
              "dropped: gp seed 2 meets all four (kept and final), BrandsHatch seed 1 falls apart (a mean 6.6th, "
              "9.5 course-outs per race in the second half); kept targets 5 vs 7"),
+    Ablation("learning rates falling to 10% over the second half (--lr-decay 0.5), kept averages of 5, seed 6",
+             "the loop's defaults with --keep-average 5 and the lap step (the same CPU, 2-core Intel Xeon with "
+             "AVX-512)",
+             _seeds("gp-E-envs32-avg-margin03-headway-offtrack025-keepavg5-lrdecay05-xeon-seed{}",
+                    "gp-E-envs32-avg-margin03-headway-offtrack025-keepavg5-lapmiss1-xeon-seed{}", (6,))
+             + _seeds("brands-E-envs32-avg-margin03-headway-offtrack025-keepavg5-lrdecay05-xeon-seed{}",
+                      "brands-E-envs32-avg-margin03-headway-offtrack025-keepavg5-lapmiss1-xeon-seed{}", (6,)),
+             "dropped: gp's second half cleaner (course-outs -2.3, contacts -0.4 per race), BrandsHatch's worse "
+             "(course-outs +1.2); kept targets 5 vs 6, on the 40 held-out races 4 vs 5"),
     _vs_averaged("a quarter of the envs drive on after a course-out", "-keepgoing025", (2, 3),
                  "dropped: leaves the track more"),
     _vs_averaged("a quarter of the random starts off the track", "-offtrack025", (2, 3, 1),

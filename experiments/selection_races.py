@@ -10,7 +10,8 @@ with the lowest `racing_score`, with and without `lap_miss=1` (a missed lap targ
 more); the chosen average's targets on the held-out races are what the rule is worth.
 *best* is the most targets any average of the run meets there (no rule can beat it).
 The step was first tried on some of these runs (`CONCEIVED_ON`), so the table also sums the
-others apart. Nothing is trained. Host-side.
+others apart, and the runs trained after it became the default (`TRAINED_WITH_STEP`). Nothing
+is trained. Host-side.
 
     python experiments/selection_races.py [--select-races 48] [--draws 400]
 """
@@ -31,6 +32,8 @@ SUBSETS = (8, 16, 24, 32, 48)
 # the runs had chosen with): the others test it afresh.
 CONCEIVED_ON = {f"{c} {s} margin03-headway-offtrack025" for c in ("gp", "brands") for s in range(1, 6)} | {
     "gp 3 margin00-headway-offtrack025", "brands 3 margin00-headway-offtrack025"}
+# Runs trained after the step became the default (their kept averages were chosen with it in training).
+TRAINED_WITH_STEP = ("-keepavg5-lapmiss1", "-keepavg5-lrdecay05")
 
 
 def run_name(path) -> str:
@@ -89,7 +92,8 @@ def main() -> None:
                                                     for r in run["rules"].values()])
     rules = list(runs[0]["rules"])
     groups = {"all runs": runs, "runs the step was tried on first": [r for r in runs if r["run"] in CONCEIVED_ON],
-              "the other runs": [r for r in runs if r["run"] not in CONCEIVED_ON]}
+              "the other runs": [r for r in runs if r["run"] not in CONCEIVED_ON],
+              "runs trained with the step": [r for r in runs if r["run"].endswith(TRAINED_WITH_STEP)]}
     sums = {}
     for group, members in groups.items():
         sums[group] = {rule: (sum(r["rules"][rule]["targets"] for r in members),
