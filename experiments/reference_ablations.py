@@ -220,8 +220,8 @@ ABLATIONS = (
                     "gp-E-envs32-avg-margin03-headway-offtrack025-keepavg5-lapmiss1-xeon-seed{}", (6,))
              + _seeds("brands-E-envs32-avg-margin03-headway-offtrack025-keepavg5-lrdecay05-xeon-seed{}",
                       "brands-E-envs32-avg-margin03-headway-offtrack025-keepavg5-lapmiss1-xeon-seed{}", (6,)),
-             "dropped: gp's second half cleaner (course-outs -2.3, contacts -0.4 per race), BrandsHatch's worse "
-             "(course-outs +1.2); kept targets 5 vs 6, on the 40 held-out races 4 vs 5"),
+             "dropped: gp's second half cleaner (course-outs -2.3, contacts -0.4 per race on the selection races), "
+             "BrandsHatch's worse (course-outs +1.2); kept targets 5 vs 6, on the 40 held-out races 4 vs 4"),
     _vs_averaged("a quarter of the envs drive on after a course-out", "-keepgoing025", (2, 3),
                  "dropped: leaves the track more"),
     _vs_averaged("a quarter of the random starts off the track", "-offtrack025", (2, 3, 1),
