@@ -4,7 +4,7 @@ Usage: python experiments/bench_pixel_update.py [--repeats 2]
 
 The trainer runs its epochs and updates as scans. On XLA:CPU the gradient of a
 convolution is much slower inside a loop than outside one, which is what makes the
-pixel actor impractical to train on this CPU (README, "The pixel actor on CPU"). Times
+pixel actor impractical to train on this CPU (docs/reference_agent.md, "The pixel actor on CPU"). Times
 one update's loss gradient on a replayed batch (16 envs, batch 32 sequences of burn-in 8
 + 16 trained steps + the n-step tail) both ways, and the same gradient of the encoder
 alone on those frames. Then one whole epoch (16 envs x 8 steps, 4 updates) as

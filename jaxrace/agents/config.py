@@ -46,7 +46,7 @@ class TrainConfig:
     # a contact or a course-out are fitted more often. 0: uniform replay. Static, like actor_average.
     penalty_replay: float = 0.0
     # Each update its own jitted call from a host loop, not a scan inside `learn`: XLA:CPU
-    # differentiates a convolution inside a loop ~25x slower (README, "The pixel actor on CPU").
+    # differentiates a convolution inside a loop ~25x slower (docs/reference_agent.md, "The pixel actor on CPU").
     # Split programs only (`train_many(fused=False)`); the results are the same.
     host_updates: bool = False
     # The runs of a job one after another in each training program (unrolled), not vmapped:

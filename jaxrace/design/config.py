@@ -58,7 +58,8 @@ class DesignConfig:
     # episodes starts standing on the grid, as the races do; each env's AI cars get their own
     # aggression; an episode ends when the car is train_course_out_margin m beyond the edge (the races
     # count a course-out at 1 m), so the policy keeps a margin instead of riding the limit; 0.3 m left
-    # the track less than 0.6 m on all six of issue 16's seeds (README, "A stricter training edge: 0.3 m")
+    # the track less than 0.6 m on all six of issue 16's seeds (docs/reference_agent.md,
+    # "A stricter training edge: 0.3 m")
     grid_start_prob: float = 0.3
     # share of the other packed traffic starts that begin in grid formation at speed just before a braking
     # zone, as a race's first corners do (where the headline's at-fault contacts happen)
@@ -66,7 +67,8 @@ class DesignConfig:
     # share of random starts with the ego car off the course (on the run-off), so the agent learns to
     # rejoin the track: most last places in issue 16's races were cars lost after a course-out. With the
     # lane headway below it raced further forward with fewer course-outs on three same-CPU pairs of three,
-    # and two of six seeds met all four of issue 16's targets (README, *Starts off the track with headway*)
+    # and two of six seeds met all four of issue 16's targets (docs/reference_agent.md,
+    # *Starts off the track with headway*)
     offtrack_start_prob: float = 0.25
     varied_ai: bool = True
     terminate_on_course_out: bool = True
@@ -79,7 +81,8 @@ class DesignConfig:
     # longitudinal acceleration (its brake lights)
     opponent_accel: bool = False
     # ... and the time headway and closing rate to the car ahead in our lane, where most at-fault contacts
-    # begin: fewer of them on all five of issue 16's same-CPU pairs (README, *The time headway and closing
+    # begin: fewer of them on all five of issue 16's same-CPU pairs
+    # (docs/reference_agent.md, *The time headway and closing
     # rate to the car ahead in our lane*)
     lane_headway: bool = True
     recurrent: bool = False
