@@ -1,6 +1,7 @@
 """Seconds per training epoch of a design preset's trainer, by env count and runs per job.
 
 Usage: python experiments/bench_preset_epoch.py [--preset standard] [--envs 16 32] [--runs 3]
+       XLA_FLAGS=--xla_force_host_platform_device_count=2 python experiments/bench_preset_epoch.py --runs 4
 
 Sizes a preset's budget: the loop's training job (`jaxrace design`) with the preset's
 network, updates, batch and replay on its circuit with its AI field, the library rewards
@@ -51,6 +52,8 @@ def main() -> None:
     parser.add_argument("--averages", type=float, nargs="+", default=None, metavar="RATE",
                         help="policy averaging rates to compare (default: the preset's alone)")
     parser.add_argument("--tag", default="", help="results go to results/bench_preset_epoch-<tag>.json")
+    parser.add_argument("--checkpoints", default="both", choices=["both", "none", "every"],
+                        help="time jobs without the job checkpoint, with one after every chunk (as the loop), or both")
     parser.add_argument("--banks", nargs="+", default=["library"], choices=["library", "offline"],
                         help="the rewards: the two library rewards, or the offline proposer's programs for the "
                              "preset's task, one per run (as the loop's iterations train)")
@@ -64,7 +67,8 @@ def main() -> None:
             config = dataclasses.replace(train_config(c), warmup_epochs=min(c.warmup_epochs, chunk // 2),
                                          epochs=chunk, actor_average=average)
             measure(args, c, e, chunk, envs, config, average, rows, table)
-    print(f"preset {args.preset}: per epoch = (a job of {args.chunks} chunks - a job of 1) / the epochs between")
+    print(f"preset {args.preset}: per epoch = (a job of {args.chunks} chunks - a job of 1) / the epochs between; "
+          f"{jax.device_count()} {jax.default_backend()} device(s), runs sharded over them when they divide the runs")
     print_table(["envs", "policy averaging", "runs per job", "rewards", "job checkpoint",
                  "first job of 1 chunk, compiling (s)", "ms per epoch", "env steps/s (all runs)"], table)
     print(write_results(__file__.replace(".py", f"-{args.tag}.py") if args.tag else __file__, rows))
@@ -80,7 +84,7 @@ def measure(args, c, e, chunk, envs, config, average, rows, table) -> None:
             rewards = compile_rewards([p.source for p in propose(c.task, runs, jax.random.key(1))])
         bank = RewardBank.from_compiled(rewards)
         compiled = False
-        for saving in (False, True):
+        for saving in {"both": (False, True), "none": (False,), "every": (True,)}[args.checkpoints]:
             setting = (learner, bank, config, runs, chunk)
             # compiles (the programs serve both checkpoint settings)
             first = None if compiled else timed_job(*setting, 1, saving, c.reward_scale)
@@ -102,7 +106,8 @@ def measure(args, c, e, chunk, envs, config, average, rows, table) -> None:
                          "chunk_epochs": chunk, "env_steps_per_epoch_per_run": steps,
                          "updates_per_epoch": c.updates_per_epoch, "batch_size": c.batch_size,
                          "hidden": c.hidden, "replay_size": c.replay_size, "track": c.track, "actor_average": average,
-                         "actor_cvar": c.actor_cvar})
+                         "actor_cvar": c.actor_cvar, "devices": jax.device_count(),
+                         "runs_sharded": jax.device_count() > 1 and runs % jax.device_count() == 0})
 
 
 if __name__ == "__main__":

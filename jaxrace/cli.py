@@ -288,7 +288,16 @@ def _design(args) -> int:
     from jaxrace.design import ConfigMismatch, load_config, run_design
     from jaxrace.llm import LLMError
 
-    if args.distributed or args.num_processes is not None or os.environ.get(ENV_NUM_PROCESSES):
+    distributed = bool(args.distributed or args.num_processes is not None or os.environ.get(ENV_NUM_PROCESSES))
+    if not distributed or args.cpu_devices != "auto":  # (several processes: one device each unless asked)
+        from jaxrace.envs.parallel import cpu_devices, use_cpu_devices
+
+        try:
+            use_cpu_devices(cpu_devices(args.cpu_devices), warn=args.cpu_devices != "auto")
+        except ValueError as err:
+            print(f"jaxrace design: error: --cpu-devices: {err}", file=sys.stderr)
+            return 2
+    if distributed:
         from jaxrace.agents.distributed import initialize
 
         try:
@@ -420,6 +429,10 @@ def main(argv=None) -> int:
     design.add_argument("--track", default=None, help="a built-in circuit")
     design.add_argument("--seed", type=int, default=None)
     design.add_argument("--quiet", action="store_true", help="no progress display")
+    design.add_argument("--cpu-devices", default="auto", metavar="N",
+                        help="JAX CPU devices; a training job whose runs they divide trains its share on each at "
+                             "once (default auto: one per core this process may use; 1: one device; GPUs "
+                             "unaffected; with --distributed, one per process unless given)")
     design.add_argument("--distributed", action="store_true",
                         help="train across processes and hosts (jax.distributed): run this same command in every "
                              "process; process 0 does the rest. Settings from the options below or "

@@ -53,3 +53,6 @@ def test_design_and_report_refuse_bad_input_with_a_message(tmp_path, capsys):
     assert not (tmp_path / "run").exists()
     assert main(["report", str(tmp_path)]) == 2
     assert "is not a run directory (no config.json)" in capsys.readouterr().err
+    assert main(["design", "--cpu-devices", "0", "--run-dir", str(tmp_path / "run")]) == 2
+    assert "--cpu-devices: CPU devices must be 'auto' or a whole number >= 1, got '0'" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()

@@ -173,6 +173,19 @@ def _start_sandbox_in_background() -> None:
     threading.Thread(target=start, name="sandbox-start", daemon=True).start()
 
 
+
+def job_placement(runs: int, devices: int, processes: int) -> str | None:
+    """Where a training job of `runs` runs trains (`train_many`), for the log; None on a single device."""
+    if processes > 1 and runs % devices:
+        return (f"{runs} runs do not split over the {devices} devices of {processes} processes: "
+                "trained by process 0 alone")
+    if devices == 1:
+        return None
+    if runs % devices:
+        return (f"{runs} runs do not split over the {devices} devices: trained whole on one "
+                f"(N x seeds a multiple of {devices} would use them all)")
+    return f"{runs} runs split over {devices} devices, {runs // devices} on each"
+
 class Loop:
     """One run of the loop over a run directory (see the module docstring)."""
 
@@ -528,9 +541,9 @@ class Loop:
         runs = len(self._runs(k)[0]) * c.seeds
         # A job whose runs do not split over every process's devices trains on process 0's alone.
         alone = jax.process_count() > 1 and runs % jax.device_count() != 0
-        if alone:
-            self.run.log(f"{self._dir(k)}/train: {runs} runs do not split over the {jax.device_count()} devices of "
-                         f"{jax.process_count()} processes: trained by process 0 alone")
+        placement = job_placement(runs, jax.device_count(), jax.process_count())
+        if placement:
+            self.run.log(f"{self._dir(k)}/train: {placement}")
         broadcast_json({"train": k, "last_iteration": self.last_iteration, "alone": alone})
         epochs = c.final_epochs if k == "final" else c.epochs
         with self.display.task(f"{self._dir(k)}/train: {len(self._runs(k)[0])} x {c.seeds} runs (compile first)",
@@ -1000,6 +1013,9 @@ def run_design(config: DesignConfig, run_dir: str | Path, *, quiet: bool = False
         return serve_training(config, run_dir)
     try:
         run = RunDir.open(run_dir, config)
+        # (the device count is not the config's: a run resumes on any, but trains other numbers on another)
+        run.log(f"JAX {jax.__version__} on {jax.default_backend()}: {jax.device_count()} device(s), "
+                f"{jax.process_count()} process(es)")
         with Display(quiet=quiet) as display:
             loop = Loop(config, run, display)
             try:

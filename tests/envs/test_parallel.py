@@ -6,7 +6,7 @@ import textwrap
 import jax
 import pytest
 
-from jaxrace.envs.parallel import env_sharding, host_device_flag, shard_envs
+from jaxrace.envs.parallel import cpu_devices, env_sharding, host_device_flag, shard_envs, use_cpu_devices
 
 # Run in a fresh interpreter: the number of CPU devices is fixed when jax starts.
 SCRIPT = textwrap.dedent("""
@@ -59,3 +59,29 @@ def test_single_device_sharding_and_flag():
     assert tree["a"].shape == (4, 2)
     with pytest.raises(ValueError, match="cannot split"):
         shard_envs({"a": jax.numpy.zeros((3,))}, env_sharding([jax.devices()[0]] * 2))
+
+
+def test_cpu_devices_reads_auto_as_the_affinity_and_refuses_what_is_not_a_count():
+    assert cpu_devices("auto") == len(os.sched_getaffinity(0))
+    assert cpu_devices("3") == 3 and cpu_devices(2) == 2
+    for bad in ("0", "-1", "two", "2.5", ""):
+        with pytest.raises(ValueError, match=f"'auto' or a whole number >= 1, got {bad!r}"):
+            cpu_devices(bad)
+
+
+DEVICES = "from jaxrace.envs.parallel import use_cpu_devices; import jax; print(use_cpu_devices(2), jax.device_count())"
+
+
+@pytest.mark.parametrize("flags, expected", [("", "2 2"), (host_device_flag(3), "3 3")])
+def test_use_cpu_devices_before_jax_starts_and_an_xla_flag_wins(flags, expected):
+    env = {**os.environ, "XLA_FLAGS": flags, "JAX_PLATFORMS": "cpu"}
+    done = subprocess.run([sys.executable, "-c", DEVICES], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split() == expected.split()
+
+
+def test_use_cpu_devices_after_jax_started_keeps_them_and_warns_when_they_differ():
+    have = len(jax.devices("cpu"))  # jax has started in this process
+    with pytest.warns(UserWarning, match=f"already started with {have} CPU device"):
+        assert use_cpu_devices(have + 1) == have
+    assert use_cpu_devices(have + 1, warn=False) == have and jax.device_count() == have
