@@ -1,10 +1,10 @@
 """Spread a batch of envs over devices: all GPUs, or all CPU cores.
 
 XLA runs one program on one CPU core (parallelism inside an op is rare for the small
-per-car arrays of a race). To use every core, start the process with
-``XLA_FLAGS=--xla_force_host_platform_device_count=<cores>`` (before jax is imported)
-so that each core is a device, and shard the env axis over them: the halves then run
-concurrently. On a GPU host the same sharding splits the batch over the GPUs.
+per-car arrays of a race). To use every core, make each core a device before JAX runs
+anything (``use_cpu_devices(cpu_devices("auto"))``, as `jaxrace design` does, or
+``XLA_FLAGS=--xla_force_host_platform_device_count=<cores>``) and shard the env axis
+over them: the halves then run concurrently. On a GPU host the same sharding splits the batch over the GPUs.
 
 Example:
     sharding = env_sharding()
