@@ -2,7 +2,7 @@
 
 Usage: python experiments/bench_build_stages.py [--programs 16]
 
-A child process does what the worker does: `build.warm_up()`, then one forked child
+A child process does what the worker does: `build.warm_up()` and `gc.freeze()`, then one forked child
 per program running `build.build_artifact` (the offline proposer's programs, distinct
 sources). Stages are timed from `build_artifact`'s own stage reports. Then, in the same
 forked child, the validation executable (the forward at the training batch, the forward
@@ -16,6 +16,7 @@ timings, not the isolation).
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import statistics
@@ -65,10 +66,11 @@ def _program(build, source):
 
 
 def child(path: str) -> None:
-    """The worker's pattern: warm up (no runtime threads), then fork one child per program."""
+    """The worker's pattern: warm up (no runtime threads), freeze the heap, then fork one child per program."""
     from jaxrace.rewards import build
 
     build.warm_up()
+    gc.freeze()
     sources = json.loads(open(path).read())
     for index, source in enumerate(sources):
         read_fd, write_fd = os.pipe()

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import base64
 import collections
+import gc
 import json
 import math
 import os
@@ -202,6 +203,10 @@ def serve(workdir: str, max_children: int = 1) -> None:
     if why is not None and not (landlock_why is None and abi >= 4):
         warnings.append(f"no network isolation: {why}")
     send({"ready": True, "isolation": levels, "warnings": warnings, "threads": _threads()})
+    # Every object alive now (JAX's modules and tracing caches) moves to the collector's permanent
+    # generation: the forked children's collections no longer walk it (a build ~12% faster,
+    # experiments/bench_build_stages.py) nor touch its pages (copy-on-write stays shared).
+    gc.freeze()
     _serve_requests(workdir, max_children, send)
 
 
