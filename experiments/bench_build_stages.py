@@ -45,7 +45,7 @@ def _measure(source: str, index: int) -> dict:
     out = {"stages": [b - a for a, b in zip(marks, marks[1:], strict=False)]}
     call = build.load_call(build.export_program(source, *_program(build, source)))
     prev, action, curr, _, _ = build.validation_cases()
-    tiled = [build._tile(x, build.Limits().train_batch) for x in (prev, action, curr)]
+    tiled = list(build.tiled_validation_cases(build.Limits().train_batch))
     one = [build._one(x, slice(0, 1)) for x in (prev, action, curr)]
     weights = np.ones((len(build.check_policy(build.parse_program(source)).params),), np.float32)
     options = (build.VALIDATION_COMPILER_OPTIONS, {"xla_backend_optimization_level": 0}, None)

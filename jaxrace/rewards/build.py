@@ -361,6 +361,15 @@ def _tile(batch, size: int):
     return jax.tree.map(lambda x: np.resize(np.asarray(x), (size,) + x.shape[1:]), batch)
 
 
+@functools.cache
+def tiled_validation_cases(size: int) -> tuple[RaceView, Action, RaceView]:
+    """(prev, action, curr): `validation_cases()` repeated to `size` transitions (numpy, [size]).
+
+    Built once in the worker before it forks (`warm_up`, at the default training batch).
+    """
+    return tuple(_tile(x, size) for x in validation_cases()[:3])
+
+
 def validation_function(call: Callable) -> Callable:
     """`(weights, tiled, one) -> (call on tiled, call on one, d sum(total on one) / d weights)`.
 
@@ -399,7 +408,7 @@ def validate_artifact(artifact: RewardArtifact, limits: Limits) -> None:
 
     both = validation_function(call)
     try:
-        tiled = [_tile(x, size) for x in (prev, action, curr)]
+        tiled = list(tiled_validation_cases(size))
         one = [_one(x, slice(0, 1)) for x in (prev, action, curr)]
         big = compile_for_validation(jax.jit(both).lower(weights, tiled, one))
         (total, components), (one_total, one_components), _ = jax.device_get(big(weights, tiled, one))
@@ -464,7 +473,8 @@ def in_process_call(source: str) -> Callable:
 
 
 def warm_up() -> None:
-    """Trace a library reward end to end without lowering it, and build the validation cases.
+    """Trace a library reward end to end without lowering it, and build the validation cases
+    (tiled to the default training batch).
 
     The sandbox worker calls this before it forks, so that every child starts with
     JAX's tracing caches warm. It starts no runtime threads (exporting would).
@@ -487,7 +497,7 @@ def warm_up() -> None:
     info = check_policy(parse_program(source))
     fn = execute_program(source, info)
     _ = trace_forward(source, info, fn, trace_program(source, info, fn)).text  # the printer, warm too
-    validation_cases()
+    tiled_validation_cases(max(Limits().train_batch, len(validation_cases()[3])))
 
 
 def build_artifact(source: str, limits: Limits = Limits(), report: Callable[[str], None] = lambda stage: None
