@@ -29,7 +29,8 @@ from common import print_table, write_results
 
 STAGES = ("parse and policy", "execute", "trace and export", "execute again", "trace again (determinism)",
           "validate")
-VARIANTS = ("as validation: LLVM level 0, older fusion emitters", "LLVM level 0 only (before)", "XLA's defaults")
+VARIANTS = ("as validation: LLVM level 0, older fusion emitters, one codegen part", "LLVM level 0 only (before)",
+            "XLA's defaults")
 
 
 def _measure(source: str, index: int) -> dict:

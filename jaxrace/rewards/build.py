@@ -341,9 +341,12 @@ def validation_cases() -> tuple[RaceView, Action, RaceView, tuple[str, ...], int
 # Validation runs its executable twice and throws it away, so its compile time is what
 # counts: LLVM's optimisations (level 0) and XLA:CPU's MLIR fusion emitters (the older
 # emitters compile the same fusions 2-3x faster; experiments/bench_build_stages.py) cost
-# more than they save at run time. Buffer assignment (what `memory_analysis` reports)
-# happens before code generation and is the same either way (a test checks both).
-VALIDATION_COMPILER_OPTIONS = {"xla_backend_optimization_level": 0, "xla_cpu_use_fusion_emitters": False}
+# more than they save at run time. Its module is small, so splitting it for parallel code
+# generation (XLA's default) costs more than the threads save (one part: the compile 22%
+# faster). Buffer assignment (what `memory_analysis` reports) happens before code generation
+# and is the same either way (a test checks both).
+VALIDATION_COMPILER_OPTIONS = {"xla_backend_optimization_level": 0, "xla_cpu_use_fusion_emitters": False,
+                               "xla_cpu_parallel_codegen_split_count": 1}
 
 
 def compile_for_validation(lowered: jax.stages.Lowered) -> jax.stages.Compiled:

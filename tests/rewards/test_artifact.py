@@ -184,8 +184,8 @@ def test_the_export_shortcut_steps_aside_where_jax_lacks_its_private_names(monke
 
 
 def test_the_unoptimised_validation_compile_measures_the_memory_and_values_of_an_optimised_one():
-    """Validation compiles at LLVM level 0 with XLA:CPU's older fusion emitters
-    (`build.VALIDATION_COMPILER_OPTIONS`): its
+    """Validation compiles at LLVM level 0 with XLA:CPU's older fusion emitters, in one
+    part (`build.VALIDATION_COMPILER_OPTIONS`): its
     temporary memory (the limit's measure) must be the optimised program's, and its values
     the same to float32 rounding. (Trusted library source, exported in this process.)"""
     from jaxrace.rewards import build
