@@ -21,7 +21,7 @@ from __future__ import annotations
 import dataclasses
 import io
 import json
-import re
+import threading
 import zipfile
 from collections.abc import Callable
 
@@ -104,8 +104,46 @@ class RewardArtifact:
                    layout=header["layout"], jax_version=header["jax_version"])
 
 
+# Ops a reward has no use for and a forged artifact could use to reach outside its
+# computation: host transfers, collectives and tokens (custom calls are checked by target).
+FORBIDDEN_OPS = frozenset(f"stablehlo.{op}" for op in (
+    "infeed", "outfeed", "send", "recv", "all_gather", "all_reduce", "all_to_all", "collective_permute",
+    "collective_broadcast", "reduce_scatter", "partition_id", "replica_id", "after_all", "create_token"))
+_contexts = threading.local()
+
+
+def _module_ops(exported: export.Exported) -> list[tuple[str, str | None]]:
+    """(StableHLO op name, custom-call target or None) for every op of the exported module.
+
+    The portable artifact is deserialized into one MLIR context per thread and walked:
+    ~6 ms a module, against ~33 ms for `Exported.mlir_module()` (a fresh context, then
+    the whole module printed as text and searched).
+    """
+    from jax._src.interpreters import mlir as jax_mlir
+    from jaxlib.mlir import ir
+    from jaxlib.mlir.dialects import stablehlo
+
+    context = getattr(_contexts, "context", None)
+    if context is None:
+        context = _contexts.context = jax_mlir.make_ir_context()
+    module = stablehlo.deserialize_portable_artifact(context, exported.mlir_module_serialized)
+    ops = []
+
+    def visit(op):
+        target = None
+        if op.name == "stablehlo.custom_call":
+            attributes = op.attributes
+            target = ir.StringAttr(attributes["call_target_name"]).value if "call_target_name" in attributes \
+                else "<unnamed>"
+        ops.append((op.name, target))
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit)
+    return ops
+
+
 def _check_exported(exported: export.Exported, what: str, num_outputs: int) -> None:
-    """Refuse what a reward has no need of: effects, devices, custom calls, unchecked shapes."""
+    """Refuse what a reward has no need of: effects, devices, custom calls, I/O ops, unchecked shapes."""
     problems = []
     if exported.ordered_effects or exported.unordered_effects:
         problems.append("it has side effects")
@@ -115,11 +153,16 @@ def _check_exported(exported: export.Exported, what: str, num_outputs: int) -> N
         problems.append("it disables safety checks")
     if len(exported.out_avals) != num_outputs:
         problems.append(f"it has {len(exported.out_avals)} outputs")
-    text = exported.mlir_module()
-    targets = set(re.findall(r'custom_call\s*@([\w.$-]+)', text))
-    targets |= set(re.findall(r'call_target_name\s*=\s*"([^"]*)"', text))
+    try:
+        ops = _module_ops(exported)
+    except Exception as e:  # noqa: BLE001 (a forged module can fail anywhere in MLIR)
+        raise ArtifactError(f"the artifact's {what} does not load: {type(e).__name__}: {str(e)[:200]}") from None
+    targets = {t for _, t in ops if t is not None}
     if targets - ALLOWED_CUSTOM_CALLS:
         problems.append(f"it calls {sorted(targets - ALLOWED_CUSTOM_CALLS)}")
+    forbidden = {name for name, _ in ops} & FORBIDDEN_OPS
+    if forbidden:
+        problems.append(f"it uses {sorted(forbidden)}")
     if problems:
         raise ArtifactError(f"the artifact's {what} is not a pure reward: {'; '.join(problems)}")
 

@@ -491,6 +491,7 @@ def warm_up() -> None:
     try:
         import jaxlib.mlir.dialects.builtin  # noqa: F401
         import jaxlib.mlir.dialects.mhlo  # noqa: F401
+        import jaxlib.mlir.dialects.stablehlo  # noqa: F401
     except ImportError:  # a jaxlib without them does not load them either
         pass
 

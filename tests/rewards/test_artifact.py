@@ -137,6 +137,26 @@ def test_an_artifact_with_a_foreign_custom_call_is_refused_by_the_caller(compile
         CompiledReward.from_artifact(bad)
 
 
+def test_an_artifact_whose_module_is_corrupt_or_uses_a_forbidden_op_is_refused(compiled, monkeypatch):
+    """The caller walks every op of both exported modules: a module MLIR cannot read fails
+    on load, and an op on the forbidden list (host transfers, collectives) is named."""
+    import jaxrace.rewards.artifact as artifact_module
+
+    art = compiled.artifact
+    forward = export.deserialize(art.forward)
+    corrupt = dataclasses.replace(forward, mlir_module_serialized=b"ML\xefR not a module").serialize()
+    with pytest.raises(ArtifactError, match="forward function does not load: ValueError"):
+        CompiledReward.from_artifact(dataclasses.replace(art, forward=corrupt))
+    ops = {name for name, _ in artifact_module._module_ops(forward)}
+    assert {"func.func", "stablehlo.subtract", "stablehlo.maximum"} <= ops and not ops & artifact_module.FORBIDDEN_OPS
+    # SOURCE's forward subtracts; with subtraction on the list the walk must find it in the VJP's replay too.
+    monkeypatch.setattr(artifact_module, "FORBIDDEN_OPS", frozenset({"stablehlo.subtract"}))
+    with pytest.raises(ArtifactError, match=r"forward function is not a pure reward: it uses \['stablehlo.subtract'\]"):
+        CompiledReward.from_artifact(art)
+    with pytest.raises(ArtifactError, match=r"weights VJP is not a pure reward: it uses"):
+        artifact_module._check_exported(export.deserialize(art.weights_vjp), "weights VJP", 1)
+
+
 def test_the_export_shortcut_gives_the_same_bytes_and_is_undone(monkeypatch):
     """`build._quick_batch_checks` skips a costly exception inside jax's export; the
     exported modules must be byte for byte those of jax's own path, and jax must be
