@@ -2,15 +2,10 @@
 
 The sandbox worker traces a program and exports two functions with `jax.export`, both
 over a symbolic batch `b` of transitions (every `RaceView` and `Action` field is an
-array of shape [b], in field order, and so is each of the P weights, in PARAMS order):
+array of shape [b], in field order):
 
-    forward(*weights, *prev, *action, *curr) -> (total f32[b], components f32[b, C])
-    weights_vjp(*weights, *prev, *action, *curr, d_total f32[b], d_components f32[b, C]) -> P x f32[b]
-
-That is format version 2. Version 1 (still read: run directories store artifacts) took
-the weights as one f32[b, P] input and its VJP returned one f32[b, P]; indexing a column
-of a symbolically shaped matrix costs a shape computation per weight, in the export and
-in every lowering of it.
+    forward(weights f32[b, P], *prev, *action, *curr) -> (total f32[b], components f32[b, C])
+    weights_vjp(weights, *prev, *action, *curr, d_total f32[b], d_components f32[b, C]) -> f32[b, P]
 
 `RewardArtifact.to_bytes()` stores them in a zip with a JSON header (component names,
 PARAMS, the field layout, versions) and the source, kept as a record only: loading
@@ -39,8 +34,7 @@ from jax.custom_batching import custom_vmap
 from jaxrace.rewards.api import Action, RaceView, field_dtypes
 
 FORMAT = "jaxrace-reward-artifact"
-FORMAT_VERSION = 2
-READABLE_VERSIONS = (1, 2)
+FORMAT_VERSION = 1
 PLATFORMS = ("cpu", "cuda", "rocm", "tpu")
 MAX_ARTIFACT_BYTES = 8 << 20
 # custom_calls an exported reward may contain: shape checks of the symbolic batch only.
@@ -69,10 +63,9 @@ class RewardArtifact:
     weights_vjp: bytes = dataclasses.field(repr=False)
     layout: dict = dataclasses.field(repr=False, default_factory=field_layout)
     jax_version: str = jax.__version__
-    version: int = FORMAT_VERSION
 
     def header(self) -> dict:
-        return {"format": FORMAT, "version": self.version, "sha256": self.sha256,
+        return {"format": FORMAT, "version": FORMAT_VERSION, "sha256": self.sha256,
                 "component_names": list(self.component_names), "params": [list(p) for p in self.params],
                 "layout": self.layout, "jax_version": self.jax_version}
 
@@ -101,15 +94,14 @@ class RewardArtifact:
         except (zipfile.BadZipFile, KeyError, UnicodeDecodeError, json.JSONDecodeError) as e:
             raise ArtifactError(f"not a reward artifact: {e}") from None
         version = header.get("version")
-        if header.get("format") != FORMAT or type(version) is not int or version not in READABLE_VERSIONS:
+        if header.get("format") != FORMAT or type(version) is not int or version != FORMAT_VERSION:
             raise ArtifactError(f"unsupported artifact format {header.get('format')!r} version "
-                                f"{header.get('version')!r}; this jaxrace reads {FORMAT} versions "
-                                f"{', '.join(map(str, READABLE_VERSIONS))}")
+                                f"{header.get('version')!r}; this jaxrace reads {FORMAT} {FORMAT_VERSION}")
         if header["layout"] != field_layout():
             raise ArtifactError("the artifact was built for a different RaceView/Action; compile its source again")
         return cls(source=source, sha256=header["sha256"], component_names=tuple(header["component_names"]),
                    params=tuple((k, float(v)) for k, v in header["params"]), forward=forward, weights_vjp=vjp,
-                   layout=header["layout"], jax_version=header["jax_version"], version=version)
+                   layout=header["layout"], jax_version=header["jax_version"])
 
 
 # Ops a reward has no use for and a forged artifact could use to reach outside its
@@ -175,14 +167,13 @@ def _check_exported(exported: export.Exported, what: str, num_outputs: int) -> N
         raise ArtifactError(f"the artifact's {what} is not a pure reward: {'; '.join(problems)}")
 
 
-def _check_inputs(exported: export.Exported, what: str, expected: list[tuple[tuple, np.dtype]],
-                  num_params: int) -> None:
+def _check_inputs(exported: export.Exported, what: str, expected: list[tuple[tuple, np.dtype]]) -> None:
     """The exported function takes `expected` ((shape, dtype), ...; "b" the symbolic batch)."""
     found = [(tuple(map(str, a.shape)), np.dtype(a.dtype).name) for a in exported.in_avals]
     want = [(tuple(map(str, shape)), np.dtype(d).name) for shape, d in expected]
     if found != want:
         raise ArtifactError(f"the artifact's {what} takes {len(found)} inputs {found[:3]}..., not the "
-                            f"{len(want)} inputs {want[:3]}... of a reward with {num_params} PARAMS")
+                            f"{len(want)} inputs {want[:3]}... of a reward with {want[0][0][1]} PARAMS")
 
 
 def _batched_call(exported: export.Exported) -> Callable:
@@ -216,66 +207,37 @@ def load_call(artifact: RewardArtifact) -> Callable:
         vjp = export.deserialize(artifact.weights_vjp)
     except Exception as e:  # noqa: BLE001 (a corrupt artifact can fail anywhere in the flatbuffer)
         raise ArtifactError(f"the artifact's exported functions do not load: {type(e).__name__}: {e}") from None
-    num_params, num_components = len(artifact.params), len(artifact.component_names)
+    _check_exported(forward, "forward function", 2)
+    _check_exported(vjp, "weights VJP", 1)
     view_dtypes = [np.dtype(d) for _, d in artifact.layout["RaceView"]]
     action_dtypes = [np.dtype(d) for _, d in artifact.layout["Action"]]
-    dtypes = view_dtypes + action_dtypes + view_dtypes
-    matrix = artifact.version == 1
-    weights = [(("b", num_params), np.float32)] if matrix else [(("b",), np.float32)] * num_params
-    inputs = weights + [(("b",), d) for d in dtypes]
-    _check_inputs(forward, "forward function", inputs, num_params)
-    _check_inputs(vjp, "weights VJP", inputs + [(("b",), np.float32), (("b", num_components), np.float32)],
-                  num_params)
-    _check_exported(forward, "forward function", 2)
-    _check_exported(vjp, "weights VJP", 1 if matrix else num_params)
-    forward_call, vjp_call = _batched_call(forward), _batched_call(vjp)
-    if matrix:
-        forward_call, vjp_call = _weights_as_matrix(forward_call, vjp_call, num_params)
-    return make_call(forward_call, vjp_call, num_params, dtypes)
-
-
-def _weights_as_matrix(forward: Callable, weights_vjp: Callable, num_params: int) -> tuple[Callable, Callable]:
-    """Format version 1's functions (weights f32[B, P] in, its VJP f32[B, P] out) with `make_call`'s interface."""
-
-    def matrix(args):
-        columns, rest = args[:num_params], args[num_params:]
-        return (jnp.stack(columns, axis=-1) if columns else jnp.zeros((rest[0].shape[0], 0), jnp.float32)), rest
-
-    def forward_v1(*args):
-        weights, rest = matrix(args)
-        return forward(weights, *rest)
-
-    def weights_vjp_v1(*args):
-        weights, rest = matrix(args)
-        d_weights = weights_vjp(weights, *rest)
-        return tuple(d_weights[:, j] for j in range(num_params))
-
-    return forward_v1, weights_vjp_v1
+    inputs = [(("b", len(artifact.params)), np.float32)] + [
+        (("b",), d) for d in view_dtypes + action_dtypes + view_dtypes]
+    _check_inputs(forward, "forward function", inputs)
+    _check_inputs(vjp, "weights VJP", inputs + [(("b",), np.float32), (("b", len(artifact.component_names)),
+                                                                        np.float32)])
+    return make_call(_batched_call(forward), _batched_call(vjp), len(artifact.params),
+                     view_dtypes + action_dtypes + view_dtypes)
 
 
 def make_call(forward: Callable, weights_vjp: Callable, num_params: int, dtypes: list) -> Callable:
     """A reward call over any leading axes from `forward`/`weights_vjp` over one flat batch.
 
-    `forward(*weights, *fields) -> (f32[B], f32[B, C])` and `weights_vjp(*weights, *fields,
-    d_total, d_components) -> P x f32[B]`, with each of the P weights an f32[B], the fields
-    [B] in `field_layout()` order and `dtypes` their dtypes. Gradients flow to the weights only.
+    `forward(weights f32[B, P], *fields [B]) -> (f32[B], f32[B, C])` and
+    `weights_vjp(weights, *fields, d_total, d_components) -> f32[B, P]`, with the fields in
+    `field_layout()` order and `dtypes` their dtypes. Gradients flow to the weights only.
     """
-
-    def columns(weights):
-        return [weights[:, j] for j in range(num_params)]
 
     @jax.custom_vjp
     def run(weights, fields):
-        return forward(*columns(weights), *fields)
+        return forward(weights, *fields)
 
     def run_forward(weights, fields):
-        return forward(*columns(weights), *fields), (weights, fields)
+        return forward(weights, *fields), (weights, fields)
 
     def run_backward(residuals, cotangents):
         weights, fields = residuals
-        d_columns = weights_vjp(*columns(weights), *fields, *cotangents) if num_params else ()
-        d_weights = jnp.stack(d_columns, axis=-1) if num_params else jnp.zeros_like(weights)
-        return d_weights, jax.tree.map(jnp.zeros_like, fields)
+        return weights_vjp(weights, *fields, *cotangents), jax.tree.map(jnp.zeros_like, fields)
 
     run.defvjp(run_forward, run_backward)
 

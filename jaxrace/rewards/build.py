@@ -184,11 +184,8 @@ def trace_program(source: str, info: ProgramInfo, fn: Callable) -> tuple[str, ..
 
 
 def forward_function(fn: Callable, info: ProgramInfo, names: tuple[str, ...]) -> Callable:
-    """The program over a flat batch: `(*weights, *fields) -> (f32[B], f32[B, C])`.
-
-    Each of the P weights (PARAMS order) and each field is an array of shape [B].
-    """
-    views, acts, num_params = len(RACEVIEW_FIELDS), len(ACTION_FIELDS), len(info.params)
+    """The program over a flat batch: `(weights f32[B, P], *fields [B]) -> (f32[B], f32[B, C])`."""
+    views, acts = len(RACEVIEW_FIELDS), len(ACTION_FIELDS)
 
     def one(weights, prev, action, curr):
         total, components = _call(fn, info, prev, action, curr, weights)
@@ -198,8 +195,7 @@ def forward_function(fn: Callable, info: ProgramInfo, names: tuple[str, ...]) ->
         values = [jnp.asarray(components[k]).astype(jnp.float32) for k in names]
         return jnp.asarray(total).astype(jnp.float32), (jnp.stack(values) if values else jnp.zeros((0,)))
 
-    def forward(*args):
-        weights, fields = tuple(args[:num_params]), args[num_params:]
+    def forward(weights, *fields):
         prev = RaceView(**dict(zip(RACEVIEW_FIELDS, fields[:views], strict=True)))
         action = Action(**dict(zip(ACTION_FIELDS, fields[views:views + acts], strict=True)))
         curr = RaceView(**dict(zip(RACEVIEW_FIELDS, fields[views + acts:], strict=True)))
@@ -262,10 +258,8 @@ def _call_dtypes() -> list:
     return [*field_dtypes(RaceView).values(), *field_dtypes(Action).values(), *field_dtypes(RaceView).values()]
 
 
-def _specs(num_params: int, b) -> tuple[list[jax.ShapeDtypeStruct], list[jax.ShapeDtypeStruct]]:
-    """(the weights' specs, the fields' specs): every one an array of shape [b]."""
-    return [jax.ShapeDtypeStruct((b,), jnp.float32)] * num_params, [jax.ShapeDtypeStruct((b,), d)
-                                                                    for d in _call_dtypes()]
+def _specs(num_params: int, b) -> tuple[jax.ShapeDtypeStruct, list[jax.ShapeDtypeStruct]]:
+    return jax.ShapeDtypeStruct((b, num_params), jnp.float32), [jax.ShapeDtypeStruct((b,), d) for d in _call_dtypes()]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -273,7 +267,7 @@ class ForwardTrace:
     """`jitted` (`jit(forward_function(...))`) traced over a symbolic batch: `traced`."""
 
     jitted: Callable
-    weight_specs: tuple[jax.ShapeDtypeStruct, ...]
+    weight_spec: jax.ShapeDtypeStruct
     field_specs: tuple[jax.ShapeDtypeStruct, ...]
     traced: jax.stages.Traced
 
@@ -291,14 +285,14 @@ def trace_forward(source: str, info: ProgramInfo, fn: Callable, names: tuple[str
     execution must reproduce (see `build_artifact`).
     """
     (b,) = export.symbolic_shape("b")
-    weight_specs, field_specs = _specs(len(info.params), b)
+    weight_spec, field_specs = _specs(len(info.params), b)
     jitted = jax.jit(forward_function(fn, info, names))
     try:
         with _exporting():
-            traced = jitted.trace(*weight_specs, *field_specs)
+            traced = jitted.trace(weight_spec, *field_specs)
     except Exception as e:
         raise _fail("trace", e, source) from None
-    return ForwardTrace(jitted, tuple(weight_specs), tuple(field_specs), traced)
+    return ForwardTrace(jitted, weight_spec, tuple(field_specs), traced)
 
 
 def export_program(source: str, info: ProgramInfo, fn: Callable, names: tuple[str, ...],
@@ -308,21 +302,21 @@ def export_program(source: str, info: ProgramInfo, fn: Callable, names: tuple[st
     `forward` is `trace_forward(source, info, fn, names)`, traced here if not given.
     """
     forward = forward if forward is not None else trace_forward(source, info, fn, names)
-    weight_specs, field_specs = forward.weight_specs, forward.field_specs
-    num_params, b = len(weight_specs), field_specs[0].shape[0]
+    weight_spec, field_specs = forward.weight_spec, forward.field_specs
+    b = weight_spec.shape[0]
     replay = jaxpr_as_fun(forward.traced.jaxpr)
 
-    def weights_vjp(*args):
-        weights, fields, cotangents = args[:num_params], args[num_params:-2], args[-2:]
-        _, pull = jax.vjp(lambda *w: tuple(replay(*w, *fields)), *weights)
-        return pull(cotangents)
+    def weights_vjp(weights, *args):
+        fields, cotangents = args[:-2], args[-2:]
+        _, pull = jax.vjp(lambda w: tuple(replay(w, *fields)), weights)
+        return pull(cotangents)[0]
 
     spec = jax.ShapeDtypeStruct
     try:
         with _exporting():
-            exported = export.export(forward.jitted, platforms=PLATFORMS)(*weight_specs, *field_specs).serialize()
+            exported = export.export(forward.jitted, platforms=PLATFORMS)(weight_spec, *field_specs).serialize()
             exported_vjp = export.export(jax.jit(weights_vjp), platforms=PLATFORMS)(
-                *weight_specs, *field_specs, spec((b,), jnp.float32), spec((b, len(names)), jnp.float32)).serialize()
+                weight_spec, *field_specs, spec((b,), jnp.float32), spec((b, len(names)), jnp.float32)).serialize()
     except Exception as e:
         raise _fail("trace", e, source) from None
     return RewardArtifact(source=source, sha256=hashlib.sha256(source.encode()).hexdigest(), component_names=names,

@@ -18,9 +18,9 @@ from jaxrace.rewards.artifact import ArtifactError, RewardArtifact
 from jaxrace.rewards.compiler import CompiledReward, load_reward
 from jaxrace.rewards.synthetic import action, synthetic_batch, view
 
-# SOURCE below compiled by jaxrace at 68d43a3, before weights became one input each
-# (artifact format version 1): what a run directory written then holds.
-V1_ARTIFACT = Path(__file__).parent / "data" / "format_v1.jaxreward"
+# SOURCE below, compiled and saved by jaxrace at commit 68d43a3: what a run directory
+# written then holds.
+SAVED_ARTIFACT = Path(__file__).parent / "data" / "saved_at_68d43a3.jaxreward"
 
 SOURCE = '''
 PARAMS = {"w_progress": 1.0, "w_slip": 2.0}
@@ -93,25 +93,24 @@ def test_save_and_load_give_the_same_reward_without_the_sandbox(compiled, tmp_pa
                                   jax.jit(compiled.apply)(jnp.ones(2), prev, act, curr)[0])
 
 
-def test_a_version_1_artifact_still_loads_and_gives_the_same_values_and_gradients(compiled, tmp_path):
-    """Run directories store artifacts: one saved in format version 1 (weights as one
-    f32[b, P] input) must load and agree with today's build of the same source, in
-    values, under nested vmap, and in the gradient w.r.t. the weights; saved again it stays
-    version 1."""
-    old = load_reward(V1_ARTIFACT)
-    assert old.artifact.version == 1 and compiled.artifact.version == 2
+def test_an_artifact_saved_by_an_earlier_jaxrace_loads_and_agrees_with_todays_build(compiled):
+    """Run directories store artifacts: one saved at an earlier commit must load without the
+    sandbox and give today's build's values (nested vmap over candidates) and gradients."""
+    old = load_reward(SAVED_ARTIFACT)
     assert old.sha256 == compiled.sha256 and old.component_names == compiled.component_names
+    assert old.params == compiled.params
     prev, act, curr, _ = synthetic_batch()
     weights = jnp.asarray([[1.0, 2.0], [0.5, 0.0], [2.0, 10.0]], jnp.float32)
+    results = []
     for reward in (old, compiled):
-        nested = jax.jit(jax.vmap(reward.apply, in_axes=(0, None, None, None)))
-        grad = jax.jit(jax.vmap(jax.grad(lambda w, r=reward: r.apply(w, prev, act, curr)[0].mean())))
-        if reward is old:
-            want_values, want_grad = nested(weights, prev, act, curr), grad(weights)
-    np.testing.assert_array_equal(want_values[0], nested(weights, prev, act, curr)[0])
-    np.testing.assert_array_equal(want_values[1], nested(weights, prev, act, curr)[1])
-    np.testing.assert_allclose(want_grad, grad(weights), rtol=1e-6)
-    assert RewardArtifact.from_bytes(old.save(tmp_path / "again.jaxreward").read_bytes()).version == 1
+        values = jax.jit(jax.vmap(reward.apply, in_axes=(0, None, None, None)))(weights, prev, act, curr)
+        grads = jax.jit(jax.vmap(jax.grad(lambda w, r=reward: r.apply(w, prev, act, curr)[0].mean())))(weights)
+        results.append((values, grads))
+    (old_values, old_grads), (values, grads) = results
+    np.testing.assert_array_equal(old_values[0], values[0])
+    np.testing.assert_array_equal(old_values[1], values[1])
+    np.testing.assert_allclose(old_grads, grads, rtol=1e-6)
+    assert np.abs(np.asarray(grads)).max() > 0
 
 
 def _rezip(data: bytes, **replace) -> bytes:
@@ -147,13 +146,13 @@ def test_an_artifact_with_a_foreign_custom_call_is_refused_by_the_caller(compile
     """
     (b,) = export.symbolic_shape("b")
 
-    def with_custom_call(w0, w1, *fields):
+    def with_custom_call(weights, *fields):
         m = jnp.stack([fields[0], fields[0] + 1.0], axis=-1)[..., None] * jnp.eye(2)
         total = jnp.linalg.eigh(m)[0][..., 0]
         return total, jnp.zeros(fields[0].shape + (2,), jnp.float32)
 
     art = compiled.artifact
-    specs = [jax.ShapeDtypeStruct((b,), jnp.float32)] * 2 + [
+    specs = [jax.ShapeDtypeStruct((b, 2), jnp.float32)] + [
         jax.ShapeDtypeStruct((b,), np.dtype(d)) for _, d in art.layout["RaceView"] + art.layout["Action"]
         + art.layout["RaceView"]]
     forged = export.export(jax.jit(with_custom_call), platforms=("cpu",))(*specs).serialize()
@@ -180,7 +179,7 @@ def test_an_artifact_whose_module_is_corrupt_or_uses_a_forbidden_op_is_refused(c
     with pytest.raises(ArtifactError, match=r"forward function is not a pure reward: it uses \['stablehlo.subtract'\]"):
         CompiledReward.from_artifact(art)
     with pytest.raises(ArtifactError, match=r"weights VJP is not a pure reward: it uses"):
-        artifact_module._check_exported(export.deserialize(art.weights_vjp), "weights VJP", 2)
+        artifact_module._check_exported(export.deserialize(art.weights_vjp), "weights VJP", 1)
 
 
 def test_the_export_shortcut_gives_the_same_bytes_and_is_undone(monkeypatch):
@@ -291,7 +290,7 @@ def test_a_build_runs_the_program_once_for_the_export_of_its_forward_and_vjp():
     assert calls == []
     assert artifact.forward == build.export_program(source, info, program, names).forward
     again = build.trace_forward(source, info, build.execute_program(source, info), names)
-    assert again.text == forward.text and forward.text.count("f32[b]") >= 10  # the 10 weights, one input each
+    assert again.text == forward.text and "f32[b,10]" in forward.text
 
 
 def test_exported_functions_whose_inputs_do_not_match_the_header_are_refused(compiled):
@@ -301,20 +300,16 @@ def test_exported_functions_whose_inputs_do_not_match_the_header_are_refused(com
     art = compiled.artifact
     dtypes = [np.dtype(d) for _, d in art.layout["RaceView"] + art.layout["Action"] + art.layout["RaceView"]]
 
-    def three_weights(w0, w1, w2, *fields):
-        return fields[0] * w0, jnp.zeros(fields[0].shape + (2,), jnp.float32)
+    def three_weights(weights, *fields):
+        return fields[0] * weights[:, 0], jnp.zeros(fields[0].shape + (2,), jnp.float32)
 
-    specs = [jax.ShapeDtypeStruct((b,), jnp.float32)] * 3 + [jax.ShapeDtypeStruct((b,), d) for d in dtypes]
+    specs = [jax.ShapeDtypeStruct((b, 3), jnp.float32)] + [jax.ShapeDtypeStruct((b,), d) for d in dtypes]
     forged = export.export(jax.jit(three_weights), platforms=("cpu",))(*specs).serialize()
-    with pytest.raises(ArtifactError, match=r"forward function takes 59 inputs .* not the 58 inputs .* of a reward "
-                                            r"with 2 PARAMS"):
+    with pytest.raises(ArtifactError, match=r"forward function takes 57 inputs .*\('b', '3'\).* of a reward with 2 "
+                                            r"PARAMS"):
         CompiledReward.from_artifact(dataclasses.replace(art, forward=forged))
-    # Version 1 took the weights as one matrix: a version-2 header on version-1 functions is refused too.
-    v1 = RewardArtifact.from_bytes(V1_ARTIFACT.read_bytes())
-    with pytest.raises(ArtifactError, match=r"forward function takes 57 inputs \[\(\('b', '2'\), 'float32'\)"):
-        CompiledReward.from_artifact(dataclasses.replace(v1, version=2))
     header = json.loads(zipfile.ZipFile(io.BytesIO(art.to_bytes())).read("header.json"))
-    for version in (True, "2", 0, 3):
+    for version in (True, "1", 2):
         header["version"] = version
         with pytest.raises(ArtifactError, match="unsupported artifact format"):
             RewardArtifact.from_bytes(_rezip(art.to_bytes(), **{"header.json": json.dumps(header)}))
