@@ -101,7 +101,11 @@ def parse_program(source: str) -> ast.Module:
 
 
 def strip_annotations(tree: ast.Module) -> ast.Module:
-    """A copy of `tree` without type annotations (`x: T = v` becomes `x = v`)."""
+    """`tree` without type annotations (`x: T = v` becomes `x = v`): a copy, or `tree`
+    itself where it has none."""
+    if not any(isinstance(n, ast.AnnAssign) or (isinstance(n, ast.arg) and n.annotation is not None)
+               or (isinstance(n, ast.FunctionDef) and n.returns is not None) for n in ast.walk(tree)):
+        return tree
 
     class Strip(ast.NodeTransformer):
         def visit_arg(self, node):

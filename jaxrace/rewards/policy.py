@@ -214,19 +214,20 @@ def _typed_args(fn: ast.FunctionDef) -> dict[str, tuple[str, tuple[str, ...]]]:
     return typed
 
 
-def _check_fields(fn: ast.FunctionDef) -> None:
-    """RaceView/Action fields read from arguments known to hold one exist."""
-    typed = {name: kind for name, kind in _typed_args(fn).items()
-             if not any(isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Store)
-                        for n in ast.walk(fn))}
-    for node in ast.walk(fn):
+def _check_fields(fn: ast.FunctionDef, nodes: list[ast.AST]) -> None:
+    """RaceView/Action fields read from arguments known to hold one exist (`nodes`: `fn`'s, from ast.walk)."""
+    stored = {n.id for n in nodes if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+    typed = {name: kind for name, kind in _typed_args(fn).items() if name not in stored}
+    for node in nodes:
         if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in typed:
             kind, fields = typed[node.value.id]
             if node.attr not in fields:
                 raise _error("policy", f"{kind} has no field '{node.attr}'{suggest(node.attr, fields)}", node)
 
 
-def _check_function(fn: ast.FunctionDef | ast.Lambda, module_names: set[str], constants: set[str]) -> None:
+def _check_function(fn: ast.FunctionDef | ast.Lambda, nodes: list[ast.AST], module_names: set[str],
+                    constants: set[str]) -> None:
+    """No decorators, constant defaults, and no module state changed (`nodes`: `fn`'s, from ast.walk)."""
     if isinstance(fn, ast.FunctionDef) and fn.decorator_list:
         raise _error("policy", "decorators are not allowed", fn)
     for default in fn.args.defaults + [d for d in fn.args.kw_defaults if d is not None]:
@@ -236,9 +237,9 @@ def _check_function(fn: ast.FunctionDef | ast.Lambda, module_names: set[str], co
     if isinstance(fn, ast.Lambda):
         return
     local = {a.arg for a in ast.walk(fn.args) if isinstance(a, ast.arg)}
-    local |= {n.id for n in ast.walk(fn) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+    local |= {n.id for n in nodes if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
     shared = module_names - local
-    for node in ast.walk(fn):
+    for node in nodes:
         target = None
         if isinstance(node, ast.Subscript | ast.Attribute) and isinstance(node.ctx, ast.Store):
             target = node.value
@@ -284,8 +285,9 @@ def _check_attribute(node: ast.Attribute, namespace: dict, bound: set[str], avai
 
 def check_policy(tree: ast.Module) -> ProgramInfo:
     """Stage 2: the allow-list. Returns the entry's arguments, the PARAMS defaults, the tree to run."""
+    nodes = list(ast.walk(tree))  # every pass below reads this one walk (the same order each time)
     annotations = annotation_nodes(tree)
-    for node in ast.walk(tree):
+    for node in nodes:
         if id(node) in annotations:
             continue
         advice = _NODE_ADVICE.get(type(node))
@@ -298,20 +300,21 @@ def check_policy(tree: ast.Module) -> ProgramInfo:
         if not isinstance(node, _ALLOWED_NODES):
             raise _error("policy", f"`{type(node).__name__}` syntax is not allowed in a reward program", node)
 
-    for node in ast.walk(tree):
+    function_nodes = {id(n): list(ast.walk(n)) for n in nodes if isinstance(n, ast.FunctionDef | ast.Lambda)}
+    for node in nodes:
         if isinstance(node, ast.FunctionDef):
-            _check_fields(node)
+            _check_fields(node, function_nodes[id(node)])
 
     available = available_names()
-    bound = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
-    bound |= {n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)}
-    bound |= {n.arg for n in ast.walk(tree) if isinstance(n, ast.arg)}
+    bound = {n.id for n in nodes if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+    bound |= {n.name for n in nodes if isinstance(n, ast.FunctionDef)}
+    bound |= {n.arg for n in nodes if isinstance(n, ast.arg)}
     namespace = program_namespace()
-    chained = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
+    chained = {id(n.value) for n in nodes if isinstance(n, ast.Attribute)}
     # Left to right, inner chains first, so the first attribute a reader meets is the one reported.
     order = lambda n: (getattr(n, "lineno", 0), getattr(n, "col_offset", 0), getattr(n, "end_lineno", 0),  # noqa: E731
                        getattr(n, "end_col_offset", 0))
-    for node in sorted(ast.walk(tree), key=order):
+    for node in sorted(nodes, key=order):
         if id(node) in annotations:
             continue
         if isinstance(node, ast.Name | ast.FunctionDef | ast.arg):
@@ -370,9 +373,9 @@ def check_policy(tree: ast.Module) -> ProgramInfo:
         raise _error("policy", "only functions, constants, PARAMS and a docstring are allowed at module level",
                      node)
 
-    for node in ast.walk(tree):
+    for node in nodes:
         if isinstance(node, ast.FunctionDef | ast.Lambda):
-            _check_function(node, module_names, constants)
+            _check_function(node, function_nodes[id(node)], module_names, constants)
         elif isinstance(node, ast.For):
             _check_loop(node, node.iter, int_constants)
         elif isinstance(node, ast.comprehension):
