@@ -44,7 +44,8 @@ def _measure(source: str, index: int) -> dict:
     build.build_artifact(source, report=lambda stage: marks.append(time.perf_counter()))
     marks.append(time.perf_counter())
     out = {"stages": [b - a for a, b in zip(marks, marks[1:], strict=False)]}
-    call = build.load_call(build.export_program(source, *_program(build, source)))
+    info = build.check_policy(build.parse_program(source))
+    call = build.load_call(build.export_program(source, info, build.execute_program(source, info)))
     prev, action, curr, _, _ = build.validation_cases()
     tiled = list(build.tiled_validation_cases(build.Limits().train_batch))
     one = [build._one(x, slice(0, 1)) for x in (prev, action, curr)]
@@ -58,12 +59,6 @@ def _measure(source: str, index: int) -> dict:
         lowered.compile(options[i])
         out["compile"][i] = time.perf_counter() - t0
     return out
-
-
-def _program(build, source):
-    info = build.check_policy(build.parse_program(source))
-    fn = build.execute_program(source, info)
-    return info, fn, build.trace_program(source, info, fn)
 
 
 def child(path: str) -> None:

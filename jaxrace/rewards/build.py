@@ -143,52 +143,49 @@ def _one(batch, i):
     return jax.tree.map(lambda a: a[i], batch)
 
 
-def trace_program(source: str, info: ProgramInfo, fn: Callable) -> tuple[str, ...]:
-    """Stage 4: trace one transition abstractly; check the result's types; returns component names."""
-    from jaxrace.rewards.api import field_dtypes
+def _check_outputs(total, components: dict) -> tuple[str, ...]:
+    """The types of one transition's (total, components), traced; returns the components' names in order.
 
-    spec = jax.ShapeDtypeStruct  # shapes only: tracing here must not start JAX's runtime (see warm_up)
-    view = RaceView(**{k: spec((), d) for k, d in field_dtypes(RaceView).items()})
-    action = Action(**{k: spec((), d) for k, d in field_dtypes(Action).items()})
-    order: list = []
-
-    def traced(p, a, c, w):  # records the components' order (pytrees would sort dict keys)
-        out = _call(fn, info, p, a, c, w)
-        order.extend(out[1])
-        return out
-
-    try:
-        total, components = jax.eval_shape(traced, view, action, view, spec((len(info.params),), jnp.float32))
-    except Exception as e:
-        raise _fail("trace", e, source) from None
+    Python numbers count as scalars of their JAX dtype (a constant total or component is fine)."""
+    if isinstance(total, bool | int | float | complex):
+        total = jnp.asarray(total)
     if not hasattr(total, "shape") or total.shape != ():
         raise RewardCompileError("validate", "the total reward must be a scalar per transition, got "
                                  f"{_describe(total)}; reduce it (e.g. jnp.sum) or index the value you mean")
     if not jnp.issubdtype(total.dtype, jnp.floating):
         raise RewardCompileError("validate", f"the total reward has dtype {total.dtype}; it must be float32: "
                                  "convert with .astype(jnp.float32)")
-    if len(order) > MAX_COMPONENTS:
-        raise RewardCompileError("validate", f"{len(order)} components; at most {MAX_COMPONENTS}")
-    for k in order:
+    names = tuple(components)  # the program's order (a pytree would sort the keys)
+    if len(names) > MAX_COMPONENTS:
+        raise RewardCompileError("validate", f"{len(names)} components; at most {MAX_COMPONENTS}")
+    for k in names:
         if not isinstance(k, str) or not k.isprintable() or not 0 < len(k) <= MAX_COMPONENT_NAME:
             raise RewardCompileError("validate", f"component names must be printable strings of 1 to "
                                      f"{MAX_COMPONENT_NAME} characters, got {str(k)[:80]!r}")
         v = components[k]
+        v = jnp.asarray(v) if isinstance(v, bool | int | float | complex) else v
         numeric = hasattr(v, "dtype") and (jnp.issubdtype(v.dtype, jnp.number) or v.dtype == jnp.bool_)
         if not numeric or v.shape != ():
             raise RewardCompileError("validate", f"component '{k}' must be a numeric scalar, got {_describe(v)}")
-    return tuple(order)
+    return names
 
 
-# ---------------------------------------------------------------------------- export
+# ---------------------------------------------------------------------------- trace and export
 
 
-def forward_function(fn: Callable, info: ProgramInfo, names: tuple[str, ...]) -> Callable:
-    """The program over a flat batch: `(weights f32[B, P], *fields [B]) -> (f32[B], f32[B, C])`."""
+def forward_function(fn: Callable, info: ProgramInfo, names: list[str]) -> Callable:
+    """The program over a flat batch: `(weights f32[B, P], *fields [B]) -> (f32[B], f32[B, C])`.
+
+    `names` is the components' order; where it is empty, the first trace checks the
+    outputs' types and fills it (every later trace must give the same names).
+    """
     views, acts = len(RACEVIEW_FIELDS), len(ACTION_FIELDS)
+    discover = not names
 
     def one(weights, prev, action, curr):
         total, components = _call(fn, info, prev, action, curr, weights)
+        if discover and not names:
+            names.extend(_check_outputs(total, components))
         if list(components) != list(names):
             raise RewardCompileError("validate", f"the component names changed between traces ({list(names)} "
                                      f"then {list(components)}): build the dict the same way every time")
@@ -264,8 +261,10 @@ def _specs(num_params: int, b) -> tuple[jax.ShapeDtypeStruct, list[jax.ShapeDtyp
 
 @dataclasses.dataclass(frozen=True)
 class ForwardTrace:
-    """`jitted` (`jit(forward_function(...))`) traced over a symbolic batch: `traced`."""
+    """`jitted` (`jit(forward_function(...))`) traced over a symbolic batch: `traced`; `names`
+    are the components' names in the program's order."""
 
+    names: tuple[str, ...]
     jitted: Callable
     weight_spec: jax.ShapeDtypeStruct
     field_specs: tuple[jax.ShapeDtypeStruct, ...]
@@ -277,31 +276,35 @@ class ForwardTrace:
         return str(self.traced.jaxpr)
 
 
-def trace_forward(source: str, info: ProgramInfo, fn: Callable, names: tuple[str, ...]) -> ForwardTrace:
-    """Stage 4b: the forward function traced over a symbolic batch `b`, once.
+def trace_forward(source: str, info: ProgramInfo, fn: Callable) -> ForwardTrace:
+    """Stage 4: the forward function traced over a symbolic batch `b`, once; the outputs'
+    types are checked on the way (one transition's total a float scalar, each component
+    a numeric scalar with a short printable name).
 
     Export lowers this trace (jit's cache hands it back), the VJP replays its jaxpr
     rather than running the program again, and its text is what a second, fresh
-    execution must reproduce (see `build_artifact`).
+    execution must reproduce (see `build_artifact`). Tracing starts no JAX runtime.
     """
     (b,) = export.symbolic_shape("b")
     weight_spec, field_specs = _specs(len(info.params), b)
+    names: list[str] = []
     jitted = jax.jit(forward_function(fn, info, names))
     try:
         with _exporting():
             traced = jitted.trace(weight_spec, *field_specs)
     except Exception as e:
         raise _fail("trace", e, source) from None
-    return ForwardTrace(jitted, weight_spec, tuple(field_specs), traced)
+    return ForwardTrace(tuple(names), jitted, weight_spec, tuple(field_specs), traced)
 
 
-def export_program(source: str, info: ProgramInfo, fn: Callable, names: tuple[str, ...],
-                   forward: ForwardTrace | None = None) -> RewardArtifact:
+def export_program(source: str, info: ProgramInfo, fn: Callable, forward: ForwardTrace | None = None
+                   ) -> RewardArtifact:
     """Stage 5a: export the forward function and its VJP w.r.t. the weights over a symbolic batch.
 
-    `forward` is `trace_forward(source, info, fn, names)`, traced here if not given.
+    `forward` is `trace_forward(source, info, fn)`, traced here if not given.
     """
-    forward = forward if forward is not None else trace_forward(source, info, fn, names)
+    forward = forward if forward is not None else trace_forward(source, info, fn)
+    names = forward.names
     weight_spec, field_specs = forward.weight_spec, forward.field_specs
     b = weight_spec.shape[0]
     replay = jaxpr_as_fun(forward.traced.jaxpr)
@@ -464,12 +467,12 @@ def in_process_call(source: str) -> Callable:
     """
     info = check_policy(parse_program(source))
     fn = execute_program(source, info)
-    names = trace_program(source, info, fn)
+    names = trace_forward(source, info, fn).names
 
     def no_vjp(*args):
         raise NotImplementedError("the in-process baseline has no gradients")
 
-    return make_call(forward_function(fn, info, names), no_vjp, len(info.params), _call_dtypes())
+    return make_call(forward_function(fn, info, list(names)), no_vjp, len(info.params), _call_dtypes())
 
 
 # ---------------------------------------------------------------------------- all stages
@@ -500,7 +503,7 @@ def warm_up() -> None:
     source = LIBRARY["gt_sophy"]
     info = check_policy(parse_program(source))
     fn = execute_program(source, info)
-    _ = trace_forward(source, info, fn, trace_program(source, info, fn)).text  # the printer, warm too
+    _ = trace_forward(source, info, fn).text  # the printer, warm too
     tiled_validation_cases(max(Limits().train_batch, len(validation_cases()[3])))
 
 
@@ -516,14 +519,13 @@ def build_artifact(source: str, limits: Limits = Limits(), report: Callable[[str
     report("execute")
     fn = execute_program(source, info)
     report("trace")
-    names = trace_program(source, info, fn)
-    forward = trace_forward(source, info, fn, names)
-    artifact = export_program(source, info, fn, names, forward)
+    forward = trace_forward(source, info, fn)
+    artifact = export_program(source, info, fn, forward)
     report("execute")
     fn_again = execute_program(source, info)
     report("trace")
-    if trace_program(source, info, fn_again) != names or trace_forward(source, info, fn_again, names).text != \
-            forward.text:
+    again = trace_forward(source, info, fn_again)
+    if again.names != forward.names or again.text != forward.text:
         raise RewardCompileError("validate", "the reward is not deterministic: two fresh executions of the program "
                                  "trace to different computations (does it keep state or depend on order?)")
     report("validate")

@@ -196,7 +196,6 @@ def test_the_export_shortcut_gives_the_same_bytes_and_is_undone(monkeypatch):
     source = LIBRARY["gt_sophy"]
     info = build.check_policy(build.parse_program(source))
     fn = build.execute_program(source, info)
-    names = build.trace_program(source, info, fn)
     original = shape_poly._evaluate_multiply
     calls = []
 
@@ -205,12 +204,12 @@ def test_the_export_shortcut_gives_the_same_bytes_and_is_undone(monkeypatch):
         return original(v1, v2)
 
     monkeypatch.setattr(shape_poly, "_evaluate_multiply", counting)
-    quick = build.export_program(source, info, fn, names)
+    quick = build.export_program(source, info, fn)
     assert shape_poly._evaluate_multiply is counting  # restored on exit
     shortcut_missed = len(calls)
     calls.clear()
     monkeypatch.setattr(build, "_quick_batch_checks", contextlib.nullcontext)
-    plain = build.export_program(source, info, fn, names)
+    plain = build.export_program(source, info, fn)
     assert quick.forward == plain.forward and quick.weights_vjp == plain.weights_vjp
     # jax's path evaluates b * 1 with a traced b for every one of the 57 + 59 inputs; the shortcut takes them
     assert calls.count("DynamicJaxprTracer") >= 110
@@ -240,7 +239,7 @@ def test_the_unoptimised_validation_compile_measures_the_memory_and_values_of_an
     source = LIBRARY["gt_sophy"]
     info = build.check_policy(build.parse_program(source))
     fn = build.execute_program(source, info)
-    artifact = build.export_program(source, info, fn, build.trace_program(source, info, fn))
+    artifact = build.export_program(source, info, fn)
     prev, act, curr, _, _ = build.validation_cases()
     weights = np.asarray([v for _, v in artifact.params], np.float32)
     tiled = [build._tile(x, 4096) for x in (prev, act, curr)]
@@ -269,8 +268,9 @@ def test_validation_compiles_with_xlas_defaults_where_an_option_is_unknown(monke
 
 
 def test_a_build_runs_the_program_once_for_the_export_of_its_forward_and_vjp():
-    """The VJP replays the forward's traced jaxpr (`build.trace_forward`); exporting both
-    must not run the program again. (Trusted library source, in this process.)"""
+    """One trace (`build.trace_forward`) gives the component names and the jaxpr that the
+    VJP replays: exporting both must not run the program again. (Trusted library source,
+    in this process.)"""
     from jaxrace.rewards import build
     from jaxrace.rewards.library import LIBRARY
 
@@ -283,14 +283,16 @@ def test_a_build_runs_the_program_once_for_the_export_of_its_forward_and_vjp():
         calls.append(1)
         return program(*args)
 
-    names = build.trace_program(source, info, counted)
-    forward = build.trace_forward(source, info, counted, names)
-    calls.clear()
-    artifact = build.export_program(source, info, counted, names, forward)
-    assert calls == []
-    assert artifact.forward == build.export_program(source, info, program, names).forward
-    again = build.trace_forward(source, info, build.execute_program(source, info), names)
-    assert again.text == forward.text and "f32[b,10]" in forward.text
+    forward = build.trace_forward(source, info, counted)
+    assert calls == [1]  # vmap traces the program once, for the names and the computation
+    assert forward.names == ("progress", "off_course", "wall", "slip", "passing", "collision", "rear_end",
+                             "near_miss", "push")  # the program's order, not sorted
+    artifact = build.export_program(source, info, counted, forward)
+    assert calls == [1]
+    assert artifact.forward == build.export_program(source, info, program).forward
+    assert artifact.component_names == forward.names
+    again = build.trace_forward(source, info, build.execute_program(source, info))
+    assert again.text == forward.text and again.names == forward.names and "f32[b,10]" in forward.text
 
 
 def test_exported_functions_whose_inputs_do_not_match_the_header_are_refused(compiled):

@@ -226,6 +226,10 @@ LLM_MISTAKES = {
     "vector total": (program("return jnp.ones(3) * curr.speed, {}"), "validate", None, "scalar"),
     "int total": (program("return curr.rank, {}"), "validate", None, "float32"),
     "vector component": (program('return curr.speed, {"v": jnp.ones(2)}'), "validate", None, "component 'v'"),
+    "text component": (program('return curr.speed, {"note": "fast"}'), "validate", None,
+                       "component 'note' must be a numeric scalar, got a str"),
+    "long component name": (program('return curr.speed, {"x" * 65: curr.speed}'), "validate", None,
+                            "printable strings of 1 to 64 characters"),
     "division by lap time": (program("return 100.0 / curr.last_lap_time, {}"), "validate", None, "last_lap_time"),
     "log of zero": (program('return curr.speed, {"log_speed": jnp.log(curr.speed)}'), "validate", None,
                     "component 'log_speed'"),
@@ -253,6 +257,16 @@ def test_typical_llm_mistakes_get_messages_that_say_how_to_fix_them(case):
     assert (e.stage, e.lineno) == (stage, lineno), e
     assert fragment in e.message, e
     assert len(e.message) < 400 and str(e).startswith(f"{stage} error")
+
+
+def test_python_numbers_as_total_or_components_compile_as_constants():
+    """A constant total or component (a Python number, not a traced array) is a scalar of its dtype."""
+    reward = compile_reward(program('return 1.5, {"bonus": 2, "flag": True, "speed": curr.speed}'))
+    total, comps = reward(view(speed=30.0), action(), view(speed=31.0))
+    assert reward.component_names == ("bonus", "flag", "speed")
+    assert (float(total), float(comps["bonus"]), float(comps["flag"]), float(comps["speed"])) == (1.5, 2.0, 1.0, 31.0)
+    with pytest.raises(RewardCompileError, match="float32"):
+        compile_reward(program("return 1, {}"))
 
 
 def test_a_non_finite_result_names_the_case():
