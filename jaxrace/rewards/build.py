@@ -403,7 +403,7 @@ def validate_artifact(artifact: RewardArtifact, limits: Limits) -> None:
     is measured (the batch-1 part adds next to nothing).
     """
     try:
-        call = load_call(artifact)
+        call = load_call(artifact, vmappable=False)
     except ArtifactError as e:
         raise RewardCompileError("validate", str(e)) from None
     prev, action, curr, cases, num_ordinary = validation_cases()

@@ -113,6 +113,24 @@ def test_an_artifact_saved_by_an_earlier_jaxrace_loads_and_agrees_with_todays_bu
     assert np.abs(np.asarray(grads)).max() > 0
 
 
+def test_the_call_validation_uses_gives_the_callers_values_and_gradients(compiled):
+    """The sandbox validates through `load_call(vmappable=False)` (no batching rule to
+    trace): it must agree bit for bit with the caller's vmappable call, which alone vmaps."""
+    from jaxrace.rewards.artifact import load_call
+
+    prev, act, curr, _ = synthetic_batch()
+    w = jnp.asarray([0.7, 3.0], jnp.float32)
+    outs = []
+    for call in (load_call(compiled.artifact), load_call(compiled.artifact, vmappable=False)):
+        grad = jax.grad(lambda w, call=call: call(w, prev, act, curr)[0].sum())
+        outs.append(jax.jit(lambda w, call=call, grad=grad: (call(w, prev, act, curr), grad(w)))(w))
+    for a, b in zip(jax.tree.leaves(outs[0]), jax.tree.leaves(outs[1]), strict=True):
+        np.testing.assert_array_equal(a, b)
+    plain = load_call(compiled.artifact, vmappable=False)
+    with pytest.raises(NotImplementedError):
+        jax.vmap(plain, in_axes=(0, None, None, None))(jnp.ones((3, 2)), prev, act, curr)
+
+
 def _rezip(data: bytes, **replace) -> bytes:
     members = {}
     with zipfile.ZipFile(io.BytesIO(data)) as z:
