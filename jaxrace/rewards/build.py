@@ -146,9 +146,11 @@ def _one(batch, i):
 def _check_outputs(total, components: dict) -> tuple[str, ...]:
     """The types of one transition's (total, components), traced; returns the components' names in order.
 
-    Python numbers count as scalars of their JAX dtype (a constant total or component is fine)."""
+    Python numbers count as scalars of their JAX dtype (a constant total or component is
+    fine); only their type is looked at, so no array is made (the worker's warm-up traces
+    before JAX's runtime may start)."""
     if isinstance(total, bool | int | float | complex):
-        total = jnp.asarray(total)
+        total = jax.ShapeDtypeStruct((), jnp.result_type(total))
     if not hasattr(total, "shape") or total.shape != ():
         raise RewardCompileError("validate", "the total reward must be a scalar per transition, got "
                                  f"{_describe(total)}; reduce it (e.g. jnp.sum) or index the value you mean")
@@ -163,7 +165,7 @@ def _check_outputs(total, components: dict) -> tuple[str, ...]:
             raise RewardCompileError("validate", f"component names must be printable strings of 1 to "
                                      f"{MAX_COMPONENT_NAME} characters, got {str(k)[:80]!r}")
         v = components[k]
-        v = jnp.asarray(v) if isinstance(v, bool | int | float | complex) else v
+        v = jax.ShapeDtypeStruct((), jnp.result_type(v)) if isinstance(v, bool | int | float | complex) else v
         numeric = hasattr(v, "dtype") and (jnp.issubdtype(v.dtype, jnp.number) or v.dtype == jnp.bool_)
         if not numeric or v.shape != ():
             raise RewardCompileError("validate", f"component '{k}' must be a numeric scalar, got {_describe(v)}")
