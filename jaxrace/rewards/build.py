@@ -3,7 +3,8 @@
 `build_artifact(source)` is the one function that runs every stage in order: parse and
 policy (`jaxrace.rewards.policy`), execute the module in the curated namespace, trace
 the entry point, export it (`jaxrace.rewards.artifact`), then validate the exported
-artifact (the bytes the caller will run, loaded the way the caller loads them) on
+artifact (the bytes the caller will run, loaded and checked the way the caller loads
+them, without the vmap-folding wrapper that validation has no use for) on
 synthetic transitions: finite everywhere (the extreme cases included), magnitude at
 most `Limits.max_magnitude` on ordinary cases, identical across call counts and batch
 sizes, temporary memory bounded at the training batch size, and a gradient w.r.t. the
@@ -178,17 +179,19 @@ def _check_outputs(total, components: dict) -> tuple[str, ...]:
 def forward_function(fn: Callable, info: ProgramInfo, names: list[str]) -> Callable:
     """The program over a flat batch: `(weights f32[B, P], *fields [B]) -> (f32[B], f32[B, C])`.
 
-    `names` is the components' order; where it is empty, the first trace checks the
-    outputs' types and fills it (every later trace must give the same names).
+    Every trace checks the outputs' types. `names` is the components' order; where it is
+    empty, the first trace fills it, and every trace must give the same names.
     """
     views, acts = len(RACEVIEW_FIELDS), len(ACTION_FIELDS)
-    discover = not names
+    traced = [bool(names)]  # names known: given, or found by a trace (an empty dict is a valid answer)
 
     def one(weights, prev, action, curr):
         total, components = _call(fn, info, prev, action, curr, weights)
-        if discover and not names:
-            names.extend(_check_outputs(total, components))
-        if list(components) != list(names):
+        found = _check_outputs(total, components)
+        if not traced[0]:
+            names.extend(found)
+            traced[0] = True
+        if list(found) != list(names):
             raise RewardCompileError("validate", f"the component names changed between traces ({list(names)} "
                                      f"then {list(components)}): build the dict the same way every time")
         values = [jnp.asarray(components[k]).astype(jnp.float32) for k in names]
@@ -396,7 +399,7 @@ def validation_function(call: Callable) -> Callable:
 
 
 def validate_artifact(artifact: RewardArtifact, limits: Limits) -> None:
-    """Stage 5b: run the exported artifact as the caller will (see the module docstring).
+    """Stage 5b: run the exported artifact as the caller will, unvmapped (see the module docstring).
 
     One executable (one XLA compile: most of a program's build time) holds two
     computations: the forward at the training batch size (the synthetic cases tiled to
@@ -465,7 +468,8 @@ def in_process_call(source: str) -> Callable:
     """The program's traced function called directly, as `artifact.load_call` would call the export.
 
     This executes the source in *this* process: for trusted source only (the benchmark
-    baseline that the exported path is measured against). No gradients.
+    baseline that the exported path is measured against). No gradients. Its trace patches
+    jax while it runs (`_exporting`): call it from one thread.
     """
     info = check_policy(parse_program(source))
     fn = execute_program(source, info)

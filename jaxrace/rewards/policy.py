@@ -285,7 +285,7 @@ def _check_attribute(node: ast.Attribute, namespace: dict, bound: set[str], avai
 
 def check_policy(tree: ast.Module) -> ProgramInfo:
     """Stage 2: the allow-list. Returns the entry's arguments, the PARAMS defaults, the tree to run."""
-    nodes = list(ast.walk(tree))  # every pass below reads this one walk (the same order each time)
+    nodes = list(ast.walk(tree))  # the passes over the whole tree read this one walk (in its order)
     annotations = annotation_nodes(tree)
     for node in nodes:
         if id(node) in annotations:
@@ -300,7 +300,7 @@ def check_policy(tree: ast.Module) -> ProgramInfo:
         if not isinstance(node, _ALLOWED_NODES):
             raise _error("policy", f"`{type(node).__name__}` syntax is not allowed in a reward program", node)
 
-    function_nodes = {id(n): list(ast.walk(n)) for n in nodes if isinstance(n, ast.FunctionDef | ast.Lambda)}
+    function_nodes = {id(n): list(ast.walk(n)) for n in nodes if isinstance(n, ast.FunctionDef)}
     for node in nodes:
         if isinstance(node, ast.FunctionDef):
             _check_fields(node, function_nodes[id(node)])
@@ -375,7 +375,7 @@ def check_policy(tree: ast.Module) -> ProgramInfo:
 
     for node in nodes:
         if isinstance(node, ast.FunctionDef | ast.Lambda):
-            _check_function(node, function_nodes[id(node)], module_names, constants)
+            _check_function(node, function_nodes.get(id(node), []), module_names, constants)
         elif isinstance(node, ast.For):
             _check_loop(node, node.iter, int_constants)
         elif isinstance(node, ast.comprehension):
