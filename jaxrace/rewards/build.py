@@ -9,8 +9,8 @@ synthetic transitions: finite everywhere (the extreme cases included), magnitude
 most `Limits.max_magnitude` on ordinary cases, identical across call counts and batch
 sizes, temporary memory bounded at the training batch size, and a gradient w.r.t. the
 weights that runs. A second, fresh execution of the source must trace to the same
-computation. Every failure is a `RewardCompileError` naming the stage, the line where
-known, and the case.
+computation (checked while XLA compiles validation's executable). Every failure is a
+`RewardCompileError` naming the stage, the line where known, and the case.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import functools
 import hashlib
 import traceback
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 
 import jax
 import jax.numpy as jnp
@@ -398,7 +399,8 @@ def validation_function(call: Callable) -> Callable:
     return both
 
 
-def validate_artifact(artifact: RewardArtifact, limits: Limits) -> None:
+def validate_artifact(artifact: RewardArtifact, limits: Limits,
+                      while_compiling: Callable[[], None] = lambda: None) -> None:
     """Stage 5b: run the exported artifact as the caller will, unvmapped (see the module docstring).
 
     One executable (one XLA compile: most of a program's build time) holds two
@@ -406,6 +408,10 @@ def validate_artifact(artifact: RewardArtifact, limits: Limits) -> None:
     fill it), and one transition with the gradient w.r.t. the weights (the batch size
     must not change a value). It runs twice (calls must agree) and its temporary memory
     is measured (the batch-1 part adds next to nothing).
+
+    XLA compiles on a thread of its own while `while_compiling()` runs here (the compile
+    releases the GIL): `build_artifact` checks determinism meanwhile. What it raises is
+    raised once the compile is done.
     """
     try:
         call = load_call(artifact, vmappable=False)
@@ -421,7 +427,11 @@ def validate_artifact(artifact: RewardArtifact, limits: Limits) -> None:
     try:
         tiled = list(tiled_validation_cases(size))
         one = [_one(x, slice(0, 1)) for x in (prev, action, curr)]
-        big = compile_for_validation(jax.jit(both).lower(weights, tiled, one))
+        lowered = jax.jit(both).lower(weights, tiled, one)
+        with ThreadPoolExecutor(1, thread_name_prefix="validation-compile") as pool:
+            compiling = pool.submit(compile_for_validation, lowered)
+            while_compiling()
+            big = compiling.result()
         (total, components), (one_total, one_components), _ = jax.device_get(big(weights, tiled, one))
         total, components = total[:num_cases], components[:num_cases]
         repeat = [np.asarray(x)[:num_cases] for x in big(weights, tiled, one)[0]]
@@ -527,13 +537,18 @@ def build_artifact(source: str, limits: Limits = Limits(), report: Callable[[str
     report("trace")
     forward = trace_forward(source, info, fn)
     artifact = export_program(source, info, fn, forward)
-    report("execute")
-    fn_again = execute_program(source, info)
-    report("trace")
-    again = trace_forward(source, info, fn_again)
-    if again.names != forward.names or again.text != forward.text:
-        raise RewardCompileError("validate", "the reward is not deterministic: two fresh executions of the program "
-                                 "trace to different computations (does it keep state or depend on order?)")
+
+    def check_determinism():  # on this thread while XLA compiles validation's executable on another
+        report("execute")
+        fn_again = execute_program(source, info)
+        report("trace")
+        again = trace_forward(source, info, fn_again)
+        if again.names != forward.names or again.text != forward.text:
+            raise RewardCompileError("validate", "the reward is not deterministic: two fresh executions of the "
+                                     "program trace to different computations (does it keep state or depend on "
+                                     "order?)")
+        report("validate")
+
     report("validate")
-    validate_artifact(artifact, limits)
+    validate_artifact(artifact, limits, while_compiling=check_determinism)
     return artifact
