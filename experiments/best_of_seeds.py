@@ -38,6 +38,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import re
 from pathlib import Path
 
 from common import RESULTS, print_table, write_results
@@ -73,6 +74,8 @@ def trained_run(path: Path, circuit: str, seed: int, steps: int | None) -> dict:
     tag = f"{'gp' if circuit == 'gp' else 'BrandsHatch'}: "
     lap_miss = rows["command-line options"].get("lap_miss", 0.0)
     evals = [e for e in rows[f"{tag}checkpoint evaluations"] if steps is None or e["steps"] <= steps]
+    if not evals:
+        raise SystemExit(f"{path.name}: no checkpoint evaluation at or before {steps} steps")
     best = min(evals, key=lambda e: e["score"])  # the run's own rule, as it kept its average
     kept_steps = rows[f"{tag}kept checkpoint: env steps"]
     met = None  # unknown: cut before the kept average, this average was never assessed
@@ -117,7 +120,8 @@ def pick(paths: list[Path]) -> None:
     table, picked = [], []
     for path in paths:
         circuit = "gp" if "-gp-" in path.name else "brands"
-        seed = int(path.stem.rsplit("seed", 1)[1]) if "seed" in path.stem else -1
+        found = re.search(r"seed(\d+)", path.stem)
+        seed = int(found.group(1)) if found else -1
         run = trained_run(path, circuit, seed, None)
         picked.append(run)
         table.append([path.name, run["kept_steps"], round(run["score"], 2), sum(run["met"].values()),
