@@ -43,6 +43,8 @@ from pathlib import Path
 
 from common import RESULTS, print_table, write_results
 
+from jaxrace.agents.selection import Targets
+
 RECIPE = "E-envs32-avg-margin03-headway-offtrack025"
 TARGETS = ("lap", "position", "at_fault", "course_outs")
 
@@ -83,10 +85,11 @@ def trained_run(path: Path, circuit: str, seed: int, steps: int | None) -> dict:
         k = f"{tag}kept checkpoint: "
         races = len(rows[f"{k}races, finishing positions"])
         lap_gap = rows[f"{k}time-trial lap vs reference"]
-        met = {"lap": lap_gap is not None and lap_gap <= 5.0 and rows[f"{k}time-trial course-outs"] == 0,
+        t = Targets()  # as `Assessment.met` judges them
+        met = {"lap": lap_gap is not None and lap_gap <= t.max_lap_gap and rows[f"{k}time-trial course-outs"] == 0,
                "position": rows[f"{k}20 races from P8 vs AI skill 0.9, median finish"] <= 3.0,
-               "at_fault": rows[f"{k}races, collisions at fault (total)"] / races <= 2.0,
-               "course_outs": rows[f"{k}races, course-outs (total)"] / races <= 1.0}
+               "at_fault": rows[f"{k}races, collisions at fault (total)"] / races <= t.max_at_fault,
+               "course_outs": rows[f"{k}races, course-outs (total)"] / races <= t.max_course_outs}
     return dict(circuit=circuit, seed=seed, file=path.name, kept_steps=best["steps"],
                 score=_lap_step(best["score"], best["met"]["lap"], lap_miss), met=met)
 
@@ -122,7 +125,11 @@ def pick(paths: list[Path]) -> None:
         circuit = "gp" if "-gp-" in path.name else "brands"
         found = re.search(r"seed(\d+)", path.stem)
         seed = int(found.group(1)) if found else -1
-        run = trained_run(path, circuit, seed, None)
+        try:
+            run = trained_run(path, circuit, seed, None)
+        except (OSError, ValueError, KeyError) as err:
+            raise SystemExit(f"{path}: not a train_reference.py result of a --keep-average run "
+                             f"({type(err).__name__}: {err})") from None
         picked.append(run)
         table.append([path.name, run["kept_steps"], round(run["score"], 2), sum(run["met"].values()),
                       "yes" if all_four(run) else "no"])
