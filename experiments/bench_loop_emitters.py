@@ -5,8 +5,8 @@ Usage: python experiments/bench_loop_emitters.py [--rounds 2]
 Runs tests/design/test_loop.py's tiny config through `jaxrace design` in subprocesses, as the
 loop tests do: into a fresh compilation cache (the first loop test), then again on the same
 cache (a rerun or a resumed run), alternating the two settings round by round so both see the
-same machine load. `older` sets XLA_FLAGS=--xla_cpu_use_fusion_emitters=false, as the loop
-tests' subprocesses do (tests/conftest.py, loop_env). Per run: the wall seconds of the
+same machine load. `older` sets XLA_FLAGS=--xla_cpu_use_fusion_emitters=false, as the tests
+do (with LLVM level 1 as well; tests/conftest.py, TEST_XLA_OPTIONS). Per run: the wall seconds of the
 command, the stages' seconds spent compiling (trace, lower, XLA compile or cache load; from
 the run's stages.json) and the rest (running, host work), and the train stages' rest alone
 (how fast the compiled training runs). Medians over the rounds; writes

@@ -7,10 +7,18 @@ instruction set matters too: a 2-core AMD EPYC whose AVX-512 has VBMI (and VNNI,
 Zen 4 set) gave the random-starts pin's outputs different bits from the first AVX-512 machine
 and the other pins the same bits (2026-11-28), so a pin may name that finer class, and where
 it does not the coarser one applies.
+
+The suite compiles with its own options (tests/conftest.py, TEST_XLA_OPTIONS), which give other
+bits; a pin holds what a user's process computes, so pinned outputs are computed in a child
+process with the XLA_FLAGS the test run started with (`digests_in_child`).
 """
 
 import hashlib
+import os
 import re
+import subprocess
+import sys
+from pathlib import Path
 
 import jax
 import numpy as np
@@ -50,3 +58,23 @@ def pin(pins: dict[str, str], what: str) -> str:
         if cls in pins:
             return pins[cls]
     pytest.skip(f"no {what} pin recorded on a CPU of class {cpu_class()!r} (pinned: {', '.join(pins)})")
+
+
+def default_compile_env() -> dict[str, str]:
+    """This process's environment with XLA_FLAGS as the test run began (without the tests' compile options)."""
+    env = dict(os.environ)
+    default = env.pop("JAXRACE_TEST_DEFAULT_XLA_FLAGS", env.get("XLA_FLAGS", ""))
+    env["XLA_FLAGS"] = default
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(__file__).parent), env.get("PYTHONPATH")]))
+    return env
+
+
+def digests_in_child(script: Path, timeout_s: float = 600) -> dict[str, str]:
+    """Runs `script` (a test module whose main prints `NAME = "digest"` lines) in a child with XLA's default
+    compile options; returns {NAME: digest}."""
+    out = subprocess.run([sys.executable, str(script)], env=default_compile_env(), capture_output=True, text=True,
+                         timeout=timeout_s)
+    assert out.returncode == 0, out.stderr[-3000:]
+    found = dict(re.findall(r'^(\w+) = "([0-9a-f]{24})"$', out.stdout, re.MULTILINE))
+    assert found, f"no digests in {script.name}'s output: {out.stdout[-1000:]}"
+    return found

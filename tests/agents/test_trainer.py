@@ -1,12 +1,13 @@
 """The batched QR-SAC trainer: vmapped runs, failure isolation, learning on a tiny task."""
 
 import dataclasses
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from pins import digest, pin
+from pins import digest, digests_in_child, pin
 
 import jaxrace
 from jaxrace.agents import HParams, TrainConfig, make_train, runner, train_many
@@ -166,17 +167,20 @@ def test_a_failing_candidate_is_frozen_and_does_not_touch_the_others(trainer):
 TRAINING_DIGEST = {"avx512": "692e124595eb39d1a75cc93a", "avx2": "72272d4b60016cddf555caa8"}
 
 
-def test_a_short_training_chunk_is_bit_identical_to_the_pinned_one(trainer):
+def training_digest(trainer) -> str:
+    state, metrics, _ = train_many(trainer, jax.random.key(1), [0, 0], chunk_epochs=2)
+    return digest((state.actor, state.critic, state.log_alpha, metrics))
+
+
+def test_a_short_training_chunk_is_bit_identical_to_the_pinned_one():
     """Pinned when replay began to store rewards (train_many's split programs); a refactor must not change it.
 
     (The fused program gave the earlier pin bit for bit at that change; it matches these
-    runs to rounding, see the vmapped-runs test.)
-
-    (The job shape is the one the failing-candidate test compiles, so this costs no compile.)
+    runs to rounding, see the vmapped-runs test.) The chunk trains in a child with XLA's
+    default compile options, as a user's process compiles it (tests/pins.py): this module's main.
     """
     want = pin(TRAINING_DIGEST, "training")
-    state, metrics, _ = train_many(trainer, jax.random.key(1), [0, 0], chunk_epochs=2)
-    got = digest((state.actor, state.critic, state.log_alpha, metrics))
+    got = digests_in_child(Path(__file__))["TRAINING_DIGEST"]
     assert got == want, f"training digest {got} != pinned {want}"
 
 
@@ -572,3 +576,7 @@ def test_assess_counts_at_fault_contacts_race_by_race_among_opponents():
     assert got.outs_by_race == (1, 1, 1) == tuple(m.course_outs for m in races)
     assert tuple(m.wall_hits for m in races) == (2, 2, 2)
     assert (got.at_fault, got.course_outs, got.positions) == (2, 3, (4, 4, 4))
+
+
+if __name__ == "__main__":  # the training pin's digest, with this process's compile options
+    print(f'TRAINING_DIGEST = "{training_digest(small_trainer())}"')

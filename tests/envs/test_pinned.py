@@ -1,5 +1,8 @@
 """Pins: a short race rollout (state and pixels) gives bit-identical results across refactors.
 
+The rollouts run in a child with XLA's default compile options, as a user's process compiles
+them (the suite's own options give other bits; tests/pins.py).
+
 The digests were recorded before the env was split into modules. A change that moves
 code must leave them as they are; a change that means to alter the dynamics, or a JAX
 upgrade that changes float rounding, re-pins them on purpose:
@@ -7,9 +10,12 @@ upgrade that changes float rounding, re-pins them on purpose:
 chunk's pin is in tests/agents/test_trainer.py). Pins are kept per class of CPU (`pins.cpu_class`).
 """
 
+from pathlib import Path
+
 import jax
 import jax.numpy as jnp
-from pins import cpu_class, digest, pin
+import pytest
+from pins import cpu_class, digest, digests_in_child, pin
 
 import jaxrace
 from jaxrace.envs import per_env_params
@@ -73,21 +79,27 @@ def pixel_outputs():
     return jnp.stack(frames)
 
 
-def test_a_short_rollout_is_bit_identical_to_the_pinned_one():
+@pytest.fixture(scope="module")
+def digests():
+    """This module's digests, computed by its main in a child with XLA's default compile options."""
+    return digests_in_child(Path(__file__))
+
+
+def test_a_short_rollout_is_bit_identical_to_the_pinned_one(digests):
     want = pin(ROLLOUT_DIGEST, "rollout")
-    got = digest(rollout_outputs())
+    got = digests["ROLLOUT_DIGEST"]
     assert got == want, f"rollout digest {got} != pinned {want} (see the module docstring)"
 
 
-def test_random_starts_and_course_outs_are_bit_identical_to_the_pinned_ones():
+def test_random_starts_and_course_outs_are_bit_identical_to_the_pinned_ones(digests):
     want = pin(RANDOM_STARTS_DIGEST, "random starts")
-    got = digest(random_start_outputs())
+    got = digests["RANDOM_STARTS_DIGEST"]
     assert got == want, f"random starts digest {got} != pinned {want}"
 
 
-def test_rendered_frames_are_bit_identical_to_the_pinned_ones():
+def test_rendered_frames_are_bit_identical_to_the_pinned_ones(digests):
     want = pin(PIXELS_DIGEST, "pixels")
-    got = digest(pixel_outputs())
+    got = digests["PIXELS_DIGEST"]
     assert got == want, f"pixels digest {got} != pinned {want} (see the module docstring)"
 
 
