@@ -18,6 +18,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxrace.jit import jit
+
 
 def _race(args) -> int:
     import jaxrace
@@ -38,7 +40,7 @@ def _race(args) -> int:
           f"({float(params.tracks.length) / 1000:.2f} km, reference lap {float(params.tracks.ref_lap_time):.2f} s), "
           f"start '{args.start}', {steps} steps of {env.static.dt:.1f} s on {jax.default_backend()}")
     t0 = time.perf_counter()
-    record = jax.jit(ai_race, static_argnums=(0, 3))(env, params, k_race, steps)
+    record = jit(ai_race, static_argnums=(0, 3), renders=env.static.pixels)(env, params, k_race, steps)
     jax.block_until_ready(record)
     wall = time.perf_counter() - t0
     print(format_summary(summarise(record, args.laps), np.asarray(skill)))

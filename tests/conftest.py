@@ -15,8 +15,10 @@ _TEST_CACHE = "JAXRACE_TEST_XLA_CACHE"
 # XLA:CPU's older fusion emitters and LLVM optimisation level 1 compile the tests' programs in about
 # two thirds of the time and run them as fast (the small trainer's test 55 -> 36 s, the tiny learning
 # test 37 -> 28 s; level 0 compiles faster still but trains 2x slower). Every process of a test run
-# uses them: pytest's, its xdist workers and the loop's subprocesses. What jaxrace's users get (XLA's
-# defaults) is pinned bit for bit in children with the user's XLA_FLAGS (pins.default_compile_env).
+# uses them: pytest's, its xdist workers and the loop's subprocesses. jaxrace's own programs carry
+# their options (jaxrace.jit: the same two, where they do not render), which these flags do not change;
+# the env's pins, of programs the tests jit themselves, are computed in children with the user's
+# XLA_FLAGS (pins.default_compile_env).
 TEST_XLA_OPTIONS = ("--xla_cpu_use_fusion_emitters=false", "--xla_backend_optimization_level=1")
 DEFAULT_XLA_FLAGS = "JAXRACE_TEST_DEFAULT_XLA_FLAGS"  # the XLA_FLAGS the run started with
 

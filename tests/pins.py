@@ -9,8 +9,10 @@ and the other pins the same bits (2026-11-28), so a pin may name that finer clas
 it does not the coarser one applies.
 
 The suite compiles with its own options (tests/conftest.py, TEST_XLA_OPTIONS), which give other
-bits; a pin holds what a user's process computes, so pinned outputs are computed in a child
-process with the XLA_FLAGS the test run started with (`digests_in_child`).
+bits; a pin holds what a user's process computes. jaxrace's own programs carry their compile
+options (`jaxrace.jit`), which XLA_FLAGS do not change, so their outputs are pinned in the test's
+process (the training pin); outputs of programs a test jits itself (the env's pins) are computed
+in a child process with the XLA_FLAGS the test run started with (`digests_in_child`).
 """
 
 import hashlib

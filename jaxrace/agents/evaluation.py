@@ -17,6 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxrace.envs.rollouts import count_onsets, onset_steps, race_record, summarise
+from jaxrace.jit import jit
 
 
 @dataclasses.dataclass
@@ -55,7 +56,7 @@ def incidents(record, states, car: int = 0) -> list[dict]:
     return sorted(out, key=lambda i: i["time"])
 
 
-@jax.jit
+@jit
 def _race_records(states, params):
     """RaceRecord [T + 1, C] of one race, in one program (run eagerly, each operation compiles alone)."""
     return jax.vmap(race_record, in_axes=(0, None))(states, params)
@@ -101,7 +102,7 @@ def mean_action_change(actions, finished) -> tuple[float, float] | None:
     return float(change[:, 0].mean()), float(change[:, 1].mean())
 
 
-@functools.partial(jax.jit, static_argnums=(0, 1, 5, 6))
+@functools.partial(jit, static_argnums=(0, 1, 5, 6), renders=lambda learner, env, *args: env.static.pixels)
 def _races(learner, env, actor_params, params, keys, num_steps: int, params_per_race: bool):
     """Jitted once per (learner, env, shapes, num_steps): evaluation can run every chunk, and every bank.
 

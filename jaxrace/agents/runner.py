@@ -28,9 +28,18 @@ from jaxrace.agents.config import HParams
 from jaxrace.agents.distributed import to_host
 from jaxrace.agents.trainer import Learner, Metrics, Trainer
 from jaxrace.envs.parallel import env_sharding, shard_envs
+from jaxrace.jit import jit
 
 
-@functools.partial(jax.jit, static_argnums=(0,), static_argnames=("sharding",))
+def _renders(job, *args, **kwargs) -> bool:
+    """Whether a job's programs render (a pixel actor's): those compile with XLA's defaults (`jaxrace.jit`)."""
+    return job.config.network.actor_input == "pixels"
+
+
+_job_program = functools.partial(jit, renders=_renders)  # the first argument a Learner or a Trainer
+
+
+@functools.partial(_job_program, static_argnums=(0,), static_argnames=("sharding",))
 def _init_runs(learner: Learner, keys, hparams, *, sharding: NamedSharding | None = None):
     """`sharding`: the run axis split over devices. The state's leaves that do not depend on the
     keys (the empty replay, the counters) would otherwise come out replicated: every device would
@@ -58,38 +67,38 @@ def over_runs(learner: Learner, fn, mesh: Mesh | None = None):
     return jax.shard_map(one_after_another, mesh=mesh, in_specs=runs, out_specs=runs, check_vma=False)
 
 
-@functools.partial(jax.jit, static_argnums=(0, 4), static_argnames=("mesh",), donate_argnums=(1,))
+@functools.partial(_job_program, static_argnums=(0, 4), static_argnames=("mesh",), donate_argnums=(1,))
 def _run_chunk(trainer: Trainer, state, hparams, reward_index, num_epochs: int, *, mesh: Mesh | None = None):
     return over_runs(trainer.learner, lambda s, h, r: trainer.run_epochs(s, h, r, num_epochs), mesh)(
         state, hparams, reward_index)
 
 
-@functools.partial(jax.jit, static_argnums=(0,), static_argnames=("mesh",), donate_argnums=(1,))
+@functools.partial(_job_program, static_argnums=(0,), static_argnames=("mesh",), donate_argnums=(1,))
 def _collect(learner: Learner, state, *, mesh: Mesh | None = None):
     return over_runs(learner, learner.collect, mesh)(state)
 
 
-@functools.partial(jax.jit, static_argnums=(0,))
+@functools.partial(_job_program, static_argnums=(0,))
 def _label(trainer: Trainer, collected, reward_index, reward_params):
     return jax.vmap(trainer.label)(collected, reward_index, reward_params)
 
 
-@functools.partial(jax.jit, static_argnums=(0,), static_argnames=("mesh",), donate_argnums=(1,))
+@functools.partial(_job_program, static_argnums=(0,), static_argnames=("mesh",), donate_argnums=(1,))
 def _learn(learner: Learner, state, hparams, collected, rewards, *, mesh: Mesh | None = None):
     return over_runs(learner, learner.learn, mesh)(state, hparams, collected, rewards)
 
 
-@functools.partial(jax.jit, static_argnums=(0,), static_argnames=("mesh",), donate_argnums=(1,))
+@functools.partial(_job_program, static_argnums=(0,), static_argnames=("mesh",), donate_argnums=(1,))
 def _store(learner: Learner, state, collected, rewards, *, mesh: Mesh | None = None):
     return over_runs(learner, learner.store, mesh)(state, collected, rewards)
 
 
-@functools.partial(jax.jit, static_argnums=(0,), static_argnames=("mesh",), donate_argnums=(1,))
+@functools.partial(_job_program, static_argnums=(0,), static_argnames=("mesh",), donate_argnums=(1,))
 def _update(learner: Learner, state, hparams, *, mesh: Mesh | None = None):
     return over_runs(learner, learner.update, mesh)(state, hparams)
 
 
-@functools.partial(jax.jit, static_argnums=(0,), static_argnames=("mesh",), donate_argnums=(1,))
+@functools.partial(_job_program, static_argnums=(0,), static_argnames=("mesh",), donate_argnums=(1,))
 def _finish(learner: Learner, state, collected, rewards, losses, *, mesh: Mesh | None = None):
     """losses: (critic, actor) f32[R, U], or None during warm-up (no updates: reported as 0)."""
     def one(s, c, r, ls):

@@ -45,6 +45,7 @@ import numpy as np
 from jaxrace.design.config import DesignConfig
 from jaxrace.design.progress import Display
 from jaxrace.design.rundir import RunDir
+from jaxrace.jit import jit
 
 # Subprocesses started here (the reward sandbox, ffmpeg) exec at once after the fork, which
 # is safe beside JAX's threads; JAX warns about any fork all the same.
@@ -322,8 +323,8 @@ class Loop:
             jnp.asarray(ego_skill), jnp.asarray(ego_aggression))
         keys = jax.random.split(k_race, races)
         with self.display.task("bootstrap: AI races", total=None):
-            states, actions = jax.jit(jax.vmap(
-                lambda p, key: trajectory_with_actions(e.race_env, p, key, e.race_steps)))(params, keys)
+            states, actions = jit(jax.vmap(lambda p, key: trajectory_with_actions(e.race_env, p, key, e.race_steps)),
+                                  renders=e.race_env.static.pixels)(params, keys)
         names = [f"ai(skill={s:.2f}, aggression={a:.2f})" for s, a in zip(ego_skill, ego_aggression, strict=True)]
         clip_ids = self._store_clips("bootstrap", 0, names, [0] * races, list(range(races)), states, actions,
                                      same_race=False)
@@ -619,7 +620,7 @@ class Loop:
         k_field, k_race = jax.random.split(stage_key(c, "final/select"))
         fields = e.race_fields(k_field, c.select_races)
         per_race = (0, 0, 0, None, None)
-        whole = jax.jit(jax.vmap(jax.vmap(cut_clip, in_axes=per_race), in_axes=per_race), static_argnums=4)
+        whole = jit(jax.vmap(jax.vmap(cut_clip, in_axes=per_race), in_axes=per_race), static_argnums=4)
 
         def score(epoch, actors):
             ev = evaluate(trainer, to_host(actors), e.race_env, fields, k_race, e.race_steps,
@@ -708,7 +709,7 @@ class Loop:
         prev = jax.tree.map(lambda x: x[:, :, :-1], views)
         curr = jax.tree.map(lambda x: x[:, :, 1:], views)
         action = Action(steering=ev.actions[..., 0], throttle_brake=ev.actions[..., 1])
-        batched = jax.jit(jax.vmap(jax.vmap(jax.vmap(lambda p, a, q: bank.evaluate_all(p, a, q)))))
+        batched = jit(jax.vmap(jax.vmap(jax.vmap(lambda p, a, q: bank.evaluate_all(p, a, q)))))
         totals, components = (np.asarray(x) for x in batched(prev, action, curr))  # [R, races, T, N(, C)]
         out = []
         for r, run in enumerate(runs):
@@ -752,7 +753,7 @@ class Loop:
         from jaxrace.rewards.api import Action
 
         act = Action(steering=actions[..., 0], throttle_brake=actions[..., 1])
-        cut = jax.jit(jax.vmap(jax.vmap(jax.vmap(cut_clip, in_axes=(None, None, None, 0, None)),
+        cut = jit(jax.vmap(jax.vmap(jax.vmap(cut_clip, in_axes=(None, None, None, 0, None)),
                                         in_axes=(0, 0, 0, 0, None)), in_axes=(0, 0, 0, None, None)),
                       static_argnums=4)
         clips = cut(views, act, done, jnp.asarray(starts), length)  # [R, races, slots, ...]

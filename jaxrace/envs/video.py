@@ -20,6 +20,7 @@ from jaxrace.envs.laps import gaps
 from jaxrace.envs.race import RaceEnv
 from jaxrace.envs.render import CLASS, PALETTE, PALETTE32, make_renderer, make_textures
 from jaxrace.envs.state import EnvParams, EnvState
+from jaxrace.jit import jit
 from jaxrace.rewards.api import NO_GAP
 
 VIDEO_SIZE = (180, 320)  # (H, W)
@@ -46,7 +47,7 @@ def _frames_program(static) -> Callable:
     Kept across calls, with the textures an argument rather than a constant, so every clip
     of a run (and every run in a process) reuses one compiled program per clip length.
     """
-    return jax.jit(jax.vmap(make_renderer(static), in_axes=(None, 0, None)))
+    return jit(jax.vmap(make_renderer(static), in_axes=(None, 0, None)), renders=True)
 
 
 def _track_map(params: EnvParams, track: int) -> tuple[np.ndarray, np.ndarray, float]:

@@ -15,6 +15,8 @@ import functools
 import jax
 import jax.numpy as jnp
 
+from jaxrace.jit import jit
+
 
 def win_matrix(winners: jax.Array, losers: jax.Array, num_items: int, ties: jax.Array | None = None) -> jax.Array:
     """f32[K, K]: W[i, j] = wins of i over j, a tie counting half a win to each side."""
@@ -91,7 +93,7 @@ def bradley_terry(winners: jax.Array, losers: jax.Array, num_items: int, ties: j
     return _fit(winners, losers, num_items, ties, prior, max_iter, tol)
 
 
-@functools.partial(jax.jit, static_argnames=("num_items", "max_iter"))
+@functools.partial(jit, static_argnames=("num_items", "max_iter"))
 def _fit(winners, losers, num_items, ties, prior, max_iter, tol):
     w = win_matrix(winners, losers, num_items, ties)
     games = w + w.T

@@ -21,6 +21,7 @@ import functools
 import jax
 import jax.numpy as jnp
 
+from jaxrace.jit import jit
 from jaxrace.rewards.bank import RewardBank
 from jaxrace.rewards.clips import Clip
 
@@ -95,7 +96,7 @@ def clip_returns(bank: RewardBank, clips: Clip, params: jax.Array | None = None,
     return total
 
 
-@functools.partial(jax.jit, static_argnames=("bank", "variant", "mode", "discount"))
+@functools.partial(jit, static_argnames=("bank", "variant", "mode", "discount"))
 def tac(bank: RewardBank, clips_first: Clip, clips_second: Clip, labels: jax.Array, params: jax.Array | None = None,
         *, variant: str = "a", mode: str = "mean", discount: float = 0.99) -> jax.Array:
     """f32[N]: the TAC of every candidate in `bank` against P labelled clip pairs, in one jitted call.

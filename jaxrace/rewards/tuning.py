@@ -45,6 +45,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxrace.jit import jit
 from jaxrace.rewards.bank import RewardBank
 from jaxrace.rewards.clips import Clip
 from jaxrace.rewards.tac import clip_returns
@@ -245,7 +246,7 @@ def _returns_linear(model, w):
     return model["base"] + model["jacobian"] @ w
 
 
-@functools.partial(jax.jit, static_argnames=("config", "exact", "bank"))
+@functools.partial(jit, static_argnames=("config", "exact", "bank"))
 def _fit_all(keys, defaults, mask, model, data, config: TuningConfig, exact: tuple[int, ...] = (),
              bank: RewardBank | None = None, clips: Clip | None = None):
     """Every candidate in one call: those linear in their weights vmapped over `model` ([N, ...]); those in
@@ -307,7 +308,7 @@ def linear_model(bank: RewardBank, clips: Clip, key: jax.Array, rtol: float = 1e
     return {"base": base - jnp.einsum("nkw,nw->nk", jacobian, defaults), "jacobian": jacobian}, holds
 
 
-@functools.partial(jax.jit, static_argnames=("bank",))
+@functools.partial(jit, static_argnames=("bank",))
 def _returns_and_jacobian(bank: RewardBank, clips: Clip, defaults, probes):
     # The clips are an argument, never a closed-over constant: XLA folds constants into the exported
     # programs and then fails to refine their symbolic batch ("Failed to converge StablehloRefineShapes").

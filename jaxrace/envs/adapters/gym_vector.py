@@ -14,6 +14,7 @@ from gymnasium.vector.utils import batch_space
 from jaxrace.envs.adapters.common import env_and_params
 from jaxrace.envs.race import RaceEnv
 from jaxrace.envs.state import EnvParams
+from jaxrace.jit import jit
 
 
 class GymVectorRaceEnv(VectorEnv):
@@ -66,8 +67,8 @@ class GymVectorRaceEnv(VectorEnv):
         self.single_action_space = spaces.Box(-1.0, 1.0, (self.race_env.num_actions,), np.float32)
         self.observation_space = batch_space(self.single_observation_space, num_envs)
         self.action_space = batch_space(self.single_action_space, num_envs)
-        self._reset = jax.jit(self._batched_reset)
-        self._step = jax.jit(self._batched_step)
+        self._reset = jit(self._batched_reset, renders=self.race_env.static.pixels)
+        self._step = jit(self._batched_step, renders=self.race_env.static.pixels)
         self._key = None  # PRNG key for the next step's resets; set by `reset`
         self._state = None  # batched jaxrace EnvState
 

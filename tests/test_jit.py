@@ -1,0 +1,124 @@
+import ast
+import functools
+from pathlib import Path
+from types import SimpleNamespace
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxrace
+from jaxrace import jit as jit_module
+from jaxrace.agents import NetworkConfig, TrainConfig, runner
+from jaxrace.jit import CPU_COMPILER_OPTIONS, DEFAULTS_ENV, compiler_options, jit
+
+
+@pytest.fixture
+def fresh_options():
+    """`compiler_options` decided again in the test, and again for the tests after it."""
+    compiler_options.cache_clear()
+    yield
+    compiler_options.cache_clear()
+
+
+def test_the_options_apply_on_a_cpu_where_xla_knows_them(fresh_options):
+    assert jax.default_backend() == "cpu"
+    assert compiler_options() == CPU_COMPILER_OPTIONS
+
+
+def test_xla_defaults_when_the_user_asks(fresh_options, monkeypatch):
+    monkeypatch.setenv(DEFAULTS_ENV, "1")
+    assert compiler_options() is None
+    monkeypatch.setenv(DEFAULTS_ENV, "0")
+    compiler_options.cache_clear()
+    assert compiler_options() == CPU_COMPILER_OPTIONS
+
+
+def test_an_option_this_xla_does_not_know_falls_back_to_the_defaults_with_a_warning(fresh_options, monkeypatch):
+    monkeypatch.setattr(jit_module, "CPU_COMPILER_OPTIONS", {**CPU_COMPILER_OPTIONS, "xla_no_such_option": 1})
+    with pytest.warns(UserWarning, match="xla_no_such_option.*XLA's defaults"):
+        assert compiler_options() is None
+
+
+def test_a_program_compiles_with_the_options_of_its_first_use(monkeypatch):
+    """The options reach XLA's compile (an unknown one is refused there), and are read when the program
+    is first used, not when it is defined (a module's programs are defined before JAX's backend starts)."""
+    calls = []
+
+    def options():
+        calls.append(1)
+        return {"xla_no_such_option": 1}
+
+    monkeypatch.setattr(jit_module, "compiler_options", options)
+    doubled = jit(lambda x: 2 * x)
+    assert not calls
+    with pytest.raises(jax.errors.JaxRuntimeError, match="No such compile option: 'xla_no_such_option'"):
+        doubled(jnp.float32(1))
+    assert len(calls) == 1
+
+
+def test_a_program_that_renders_compiles_with_xla_defaults(monkeypatch):
+    """XLA:CPU runs the renderer slower with the options: `renders` (always, or per call) keeps them off."""
+    monkeypatch.setattr(jit_module, "compiler_options", lambda: {"xla_no_such_option": 1})
+    assert jit(jnp.negative, renders=True)(jnp.float32(2)) == -2.0  # the options never reached XLA
+
+    @functools.partial(jit, static_argnums=(0,), renders=lambda pixels, x: pixels)
+    def program(pixels: bool, x):
+        return -x
+
+    assert program(True, jnp.float32(2)) == -2.0
+    with pytest.raises(jax.errors.JaxRuntimeError, match="xla_no_such_option"):
+        program(False, jnp.float32(2))
+    with pytest.raises(jax.errors.JaxRuntimeError, match="xla_no_such_option"):
+        program.lower(False, jnp.float32(2)).compile()
+    program.lower(True, jnp.float32(2)).compile()
+
+
+def test_a_program_called_inside_another_trace_takes_the_callers_options():
+    """JAX refuses compile options on a nested jit: inside jit, vmap, grad or make_jaxpr a program is
+    traced into the caller's, with traced arguments or with constants only."""
+    cubed = jit(lambda x: x ** 3)
+    assert cubed(jnp.float32(2)) == 8.0
+    assert float(jax.jit(lambda x: cubed(x) + 1)(jnp.float32(2))) == 9.0
+    assert float(jax.jit(lambda x: x + cubed(jnp.float32(2)))(jnp.float32(1))) == 9.0  # constants only
+    np.testing.assert_array_equal(jax.vmap(cubed)(jnp.arange(3.0)), [0.0, 1.0, 8.0])
+    assert float(jax.grad(cubed)(jnp.float32(2))) == 12.0
+    assert "integer_pow" in str(jax.make_jaxpr(cubed)(jnp.float32(2)))
+
+
+def test_a_pixel_actors_training_programs_render():
+    for actor_input, renders in (("pixels", True), ("state", False)):
+        job = SimpleNamespace(config=TrainConfig(network=NetworkConfig(actor_input=actor_input)))
+        assert runner._renders(job) is renders
+
+
+def test_a_wrapped_program_is_jax_jit_with_its_arguments():
+    @functools.partial(jit, static_argnums=(1,), donate_argnums=(0,))
+    def scaled(x, times: int):
+        """x * times."""
+        return x * times
+
+    assert scaled.__name__ == "scaled" and scaled.__doc__ == "x * times."
+    x = jnp.arange(4.0)
+    np.testing.assert_array_equal(scaled(jnp.arange(4.0), 3), np.arange(4.0) * 3)
+    scaled(jnp.arange(4.0), 3)
+    assert scaled._cache_size() == 1  # compiled once for two calls
+    scaled(x, 2)
+    assert scaled._cache_size() == 2  # a new static argument is a new program
+    assert x.is_deleted()  # donated
+    assert "mul" in scaled.lower(jnp.arange(4.0), 5).as_text()
+    assert jit()(jnp.negative)(jnp.float32(2)) == -2.0  # @jit() as well as @jit
+
+
+def test_every_program_jaxrace_compiles_goes_through_jaxrace_jit():
+    """`jax.jit` appears in jaxrace's code only where a program needs other options: the sandbox's
+    reward build (its validation compiles at level 0; its exports are not compiled there)."""
+    root = Path(jaxrace.__file__).parent
+    allowed = {"jit.py", "rewards/build.py"}
+    found = [f"{path.relative_to(root)}:{node.lineno}" for path in sorted(root.rglob("*.py"))
+             if str(path.relative_to(root)) not in allowed
+             for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+             if isinstance(node, ast.Attribute) and node.attr == "jit" and isinstance(node.value, ast.Name)
+             and node.value.id == "jax"]
+    assert not found, f"jax.jit outside jaxrace.jit: {found}"
