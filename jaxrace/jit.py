@@ -31,7 +31,8 @@ DEFAULTS_ENV = "JAXRACE_XLA_DEFAULTS"
 @functools.cache
 def compiler_options() -> dict | None:
     """`CPU_COMPILER_OPTIONS` where they apply (see the module's docstring), else None (XLA's defaults)."""
-    if os.environ.get(DEFAULTS_ENV, "").strip() not in ("", "0") or jax.default_backend() != "cpu":
+    if os.environ.get(DEFAULTS_ENV, "").strip().lower() not in ("", "0", "false", "no", "off") \
+            or jax.default_backend() != "cpu":
         return None
     try:
         jax.jit(jnp.negative, compiler_options=CPU_COMPILER_OPTIONS).lower(jnp.float32(0)).compile()
@@ -49,8 +50,9 @@ class _Jitted:
     with `compiler_options()`, and one without for calls whose program renders and for calls inside
     another trace (JAX takes compile options on top-level programs only; the caller's program has its own).
 
-    Calls, `lower` and `trace` go to the one for their arguments; other attributes (`eval_shape`,
-    `_cache_size`, ...) to the one with the options (without, for a program that always renders).
+    Calls, `lower` and `trace` go to the one for their arguments; `_cache_size` and `clear_cache` to
+    both; other attributes (`eval_shape`, ...) to the one with the options (without, for a program
+    that always renders).
     """
 
     def __init__(self, fun, renders, jit_kwargs: dict):
@@ -70,8 +72,7 @@ class _Jitted:
 
     def _apply(self, method: str, args, kwargs):
         renders = self._renders(*args, **kwargs) if callable(self._renders) else self._renders
-        nested = any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves((args, kwargs)))
-        plain = bool(renders) or nested
+        plain = bool(renders) or any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves((args, kwargs)))
         try:
             return getattr(self._program(plain), method)(*args, **kwargs)
         except ValueError as e:  # nested in a trace whose arguments reached none of ours (constants only)
@@ -87,6 +88,13 @@ class _Jitted:
 
     def trace(self, *args, **kwargs):
         return self._apply("trace", args, kwargs)
+
+    def _cache_size(self) -> int:
+        return sum(p._cache_size() for p in self._programs.values())
+
+    def clear_cache(self) -> None:
+        for p in self._programs.values():
+            p.clear_cache()
 
     def __getattr__(self, name):
         if name.startswith("__") or name in ("_fun", "_renders", "_jit_kwargs", "_programs", "_lock"):

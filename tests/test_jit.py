@@ -15,24 +15,24 @@ from jaxrace.jit import CPU_COMPILER_OPTIONS, DEFAULTS_ENV, compiler_options, ji
 
 
 @pytest.fixture
-def fresh_options():
-    """`compiler_options` decided again in the test, and again for the tests after it."""
+def fresh_options(monkeypatch):
+    """`compiler_options` decided again in the test (on a CPU, not turned off), and again after it."""
+    if jax.default_backend() != "cpu":
+        pytest.skip("the options are XLA:CPU's")
+    monkeypatch.delenv(DEFAULTS_ENV, raising=False)
     compiler_options.cache_clear()
     yield
     compiler_options.cache_clear()
 
 
 def test_the_options_apply_on_a_cpu_where_xla_knows_them(fresh_options):
-    assert jax.default_backend() == "cpu"
     assert compiler_options() == CPU_COMPILER_OPTIONS
 
 
-def test_xla_defaults_when_the_user_asks(fresh_options, monkeypatch):
-    monkeypatch.setenv(DEFAULTS_ENV, "1")
-    assert compiler_options() is None
-    monkeypatch.setenv(DEFAULTS_ENV, "0")
-    compiler_options.cache_clear()
-    assert compiler_options() == CPU_COMPILER_OPTIONS
+@pytest.mark.parametrize(("value", "defaults"), [("1", True), ("true", True), ("0", False), ("false", False)])
+def test_xla_defaults_when_the_user_asks(fresh_options, monkeypatch, value, defaults):
+    monkeypatch.setenv(DEFAULTS_ENV, value)
+    assert compiler_options() == (None if defaults else CPU_COMPILER_OPTIONS)
 
 
 def test_an_option_this_xla_does_not_know_falls_back_to_the_defaults_with_a_warning(fresh_options, monkeypatch):
@@ -75,13 +75,18 @@ def test_a_program_that_renders_compiles_with_xla_defaults(monkeypatch):
     program.lower(True, jnp.float32(2)).compile()
 
 
-def test_a_program_called_inside_another_trace_takes_the_callers_options():
+def test_a_program_called_inside_another_trace_takes_the_callers_options(monkeypatch):
     """JAX refuses compile options on a nested jit: inside jit, vmap, grad or make_jaxpr a program is
     traced into the caller's, with traced arguments or with constants only."""
+    monkeypatch.setattr(jit_module, "compiler_options", lambda: dict(CPU_COMPILER_OPTIONS))
     cubed = jit(lambda x: x ** 3)
     assert cubed(jnp.float32(2)) == 8.0
+    assert list(cubed._programs) == [False]  # top level: with the options
     assert float(jax.jit(lambda x: cubed(x) + 1)(jnp.float32(2))) == 9.0
-    assert float(jax.jit(lambda x: x + cubed(jnp.float32(2)))(jnp.float32(1))) == 9.0  # constants only
+    two = np.float32(2)  # no tracer among the arguments: JAX's refusal is the sign
+    other = jit(lambda x: x ** 3)
+    assert float(jax.jit(lambda x: x + other(two))(jnp.float32(1))) == 9.0
+    assert set(other._programs) == {False, True}  # tried with the options, then without
     np.testing.assert_array_equal(jax.vmap(cubed)(jnp.arange(3.0)), [0.0, 1.0, 8.0])
     assert float(jax.grad(cubed)(jnp.float32(2))) == 12.0
     assert "integer_pow" in str(jax.make_jaxpr(cubed)(jnp.float32(2)))
@@ -106,9 +111,18 @@ def test_a_wrapped_program_is_jax_jit_with_its_arguments():
     assert scaled._cache_size() == 1  # compiled once for two calls
     scaled(x, 2)
     assert scaled._cache_size() == 2  # a new static argument is a new program
+    scaled.clear_cache()
+    assert scaled._cache_size() == 0
     assert x.is_deleted()  # donated
     assert "mul" in scaled.lower(jnp.arange(4.0), 5).as_text()
     assert jit()(jnp.negative)(jnp.float32(2)) == -2.0  # @jit() as well as @jit
+
+
+def _is_jax_jit(node: ast.AST) -> bool:
+    """`jax.jit`, or `from jax import jit`."""
+    if isinstance(node, ast.Attribute):
+        return node.attr == "jit" and isinstance(node.value, ast.Name) and node.value.id == "jax"
+    return isinstance(node, ast.ImportFrom) and node.module == "jax" and any(a.name == "jit" for a in node.names)
 
 
 def test_every_program_jaxrace_compiles_goes_through_jaxrace_jit():
@@ -118,7 +132,5 @@ def test_every_program_jaxrace_compiles_goes_through_jaxrace_jit():
     allowed = {"jit.py", "rewards/build.py"}
     found = [f"{path.relative_to(root)}:{node.lineno}" for path in sorted(root.rglob("*.py"))
              if str(path.relative_to(root)) not in allowed
-             for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
-             if isinstance(node, ast.Attribute) and node.attr == "jit" and isinstance(node.value, ast.Name)
-             and node.value.id == "jax"]
+             for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))) if _is_jax_jit(node)]
     assert not found, f"jax.jit outside jaxrace.jit: {found}"

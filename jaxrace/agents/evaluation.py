@@ -102,7 +102,7 @@ def mean_action_change(actions, finished) -> tuple[float, float] | None:
     return float(change[:, 0].mean()), float(change[:, 1].mean())
 
 
-@functools.partial(jit, static_argnums=(0, 1, 5, 6), renders=lambda learner, env, *args: env.static.pixels)
+@functools.partial(jit, static_argnums=(0, 1, 5, 6), renders=lambda learner, env, *args, **kwargs: env.static.pixels)
 def _races(learner, env, actor_params, params, keys, num_steps: int, params_per_race: bool):
     """Jitted once per (learner, env, shapes, num_steps): evaluation can run every chunk, and every bank.
 
