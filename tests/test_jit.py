@@ -35,9 +35,22 @@ def test_xla_defaults_when_the_user_asks(fresh_options, monkeypatch, value, defa
     assert compiler_options() == (None if defaults else CPU_COMPILER_OPTIONS)
 
 
-def test_an_option_this_xla_does_not_know_falls_back_to_the_defaults_with_a_warning(fresh_options, monkeypatch):
+def test_an_option_this_xla_does_not_know_is_left_out_with_a_warning(fresh_options, monkeypatch):
     monkeypatch.setattr(jit_module, "CPU_COMPILER_OPTIONS", {**CPU_COMPILER_OPTIONS, "xla_no_such_option": 1})
-    with pytest.warns(UserWarning, match="xla_no_such_option.*XLA's defaults"):
+    with pytest.warns(UserWarning, match=r"option\(s\) xla_no_such_option;.*without them \(with "):
+        assert compiler_options() == CPU_COMPILER_OPTIONS
+
+
+def test_a_value_this_xla_cannot_read_is_left_out_too(fresh_options, monkeypatch):
+    monkeypatch.setattr(jit_module, "CPU_COMPILER_OPTIONS",
+                        {"xla_backend_optimization_level": 1, "xla_cpu_experimental_ynn_fusion_type": "NO_SUCH_TYPE"})
+    with pytest.warns(UserWarning, match="xla_cpu_experimental_ynn_fusion_type"):
+        assert compiler_options() == {"xla_backend_optimization_level": 1}
+
+
+def test_with_no_option_known_programs_compile_with_xla_defaults(fresh_options, monkeypatch):
+    monkeypatch.setattr(jit_module, "CPU_COMPILER_OPTIONS", {"xla_no_such_option": 1, "xla_nor_this_one": 2})
+    with pytest.warns(UserWarning, match=r"xla_no_such_option, xla_nor_this_one;.*\(XLA's defaults\)"):
         assert compiler_options() is None
 
 
@@ -58,10 +71,13 @@ def test_a_program_compiles_with_the_options_of_its_first_use(monkeypatch):
     assert len(calls) == 1
 
 
-def test_a_program_that_renders_compiles_with_xla_defaults(monkeypatch):
-    """XLA:CPU runs the renderer slower with the options: `renders` (always, or per call) keeps them off."""
-    monkeypatch.setattr(jit_module, "compiler_options", lambda: {"xla_no_such_option": 1})
-    assert jit(jnp.negative, renders=True)(jnp.float32(2)) == -2.0  # the options never reached XLA
+def test_a_program_that_renders_compiles_with_the_render_options_only(monkeypatch):
+    """XLA:CPU runs the renderer slower with the older emitters and LLVM level 1: `renders` (always, or per
+    call) keeps all but `RENDER_OPTIONS` off."""
+    monkeypatch.setattr(jit_module, "compiler_options", lambda: {"xla_no_such_option": 1, "xla_render_option": 2})
+    monkeypatch.setattr(jit_module, "RENDER_OPTIONS", ())
+    assert jit_module.render_compiler_options() is None
+    assert jit(jnp.negative, renders=True)(jnp.float32(2)) == -2.0  # no option reached XLA
 
     @functools.partial(jit, static_argnums=(0,), renders=lambda pixels, x: pixels)
     def program(pixels: bool, x):
@@ -74,6 +90,16 @@ def test_a_program_that_renders_compiles_with_xla_defaults(monkeypatch):
         program.lower(False, jnp.float32(2)).compile()
     program.lower(True, jnp.float32(2)).compile()
 
+    monkeypatch.setattr(jit_module, "RENDER_OPTIONS", ("xla_render_option",))
+    assert jit_module.render_compiler_options() == {"xla_render_option": 2}
+    with pytest.raises(jax.errors.JaxRuntimeError, match="No such compile option: 'xla_render_option'"):
+        jit(jnp.negative, renders=True)(jnp.float32(2))
+
+
+def test_the_render_options_are_jaxraces_own(fresh_options):
+    assert set(jit_module.RENDER_OPTIONS) <= set(CPU_COMPILER_OPTIONS)
+    assert jit_module.render_compiler_options() == {k: CPU_COMPILER_OPTIONS[k] for k in jit_module.RENDER_OPTIONS}
+
 
 def test_a_program_called_inside_another_trace_takes_the_callers_options(monkeypatch):
     """JAX refuses compile options on a nested jit: inside jit, vmap, grad or make_jaxpr a program is
@@ -81,12 +107,12 @@ def test_a_program_called_inside_another_trace_takes_the_callers_options(monkeyp
     monkeypatch.setattr(jit_module, "compiler_options", lambda: dict(CPU_COMPILER_OPTIONS))
     cubed = jit(lambda x: x ** 3)
     assert cubed(jnp.float32(2)) == 8.0
-    assert list(cubed._programs) == [False]  # top level: with the options
+    assert list(cubed._programs) == ["cpu"]  # top level: with the options
     assert float(jax.jit(lambda x: cubed(x) + 1)(jnp.float32(2))) == 9.0
     two = np.float32(2)  # no tracer among the arguments: JAX's refusal is the sign
     other = jit(lambda x: x ** 3)
     assert float(jax.jit(lambda x: x + other(two))(jnp.float32(1))) == 9.0
-    assert set(other._programs) == {False, True}  # tried with the options, then without
+    assert set(other._programs) == {"cpu", "nested"}  # tried with the options, then without
     np.testing.assert_array_equal(jax.vmap(cubed)(jnp.arange(3.0)), [0.0, 1.0, 8.0])
     assert float(jax.grad(cubed)(jnp.float32(2))) == 12.0
     assert "integer_pow" in str(jax.make_jaxpr(cubed)(jnp.float32(2)))
@@ -134,3 +160,15 @@ def test_every_program_jaxrace_compiles_goes_through_jaxrace_jit():
              if str(path.relative_to(root)) not in allowed
              for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))) if _is_jax_jit(node)]
     assert not found, f"jax.jit outside jaxrace.jit: {found}"
+
+
+def test_jaxraces_programs_keep_ynnpack_out_of_their_fusions(fresh_options):
+    """Dots and fusions XLA:CPU would hand to YNNPACK stay XLA's own in jaxrace's programs (the trainer's
+    updates ran 44% faster so: experiments/bench_cpu_library_fusions.py); a plain jax.jit is untouched."""
+    def program(a, b):
+        return jnp.sum(jnp.tanh(a @ b) ** 2, axis=1)
+
+    a, b = jnp.ones((64, 32)), jnp.ones((32, 16))
+    if "__ynn_fusion" not in jax.jit(program).lower(a, b).compile().as_text():
+        pytest.skip("this XLA:CPU does not hand this program to YNNPACK by default")
+    assert "__ynn_fusion" not in jit(program).lower(a, b).compile().as_text()

@@ -160,12 +160,14 @@ def test_a_failing_candidate_is_frozen_and_does_not_touch_the_others(trainer):
     assert all(np.all(np.isfinite(np.asarray(x[1]))) for x in jax.tree.leaves(with_bad.actor))
 
 
-# Re-pinned when jaxrace's programs began to compile with their own options on a CPU (`jaxrace.jit`);
-# with XLA's defaults (JAXRACE_XLA_DEFAULTS=1) the chunk still gives the earlier pins bit for bit
-# (avx512 692e124595eb39d1a75cc93a, avx2 72272d4b60016cddf555caa8; checked on avx2, 2026-12-01).
-# The options are the program's own, so the tests' XLA_FLAGS do not change these bits. An AVX-512
-# machine's pin is to be recorded there: `python tests/agents/test_trainer.py` prints it.
-TRAINING_DIGEST = {"avx2": "ed228fd2da523d4a4b18fd93"}
+# Re-pinned when jaxrace's programs began to compile with their own options on a CPU (`jaxrace.jit`),
+# and again when those kept YNNPACK out (2026-12-01; with the first two options alone the avx2 pin was
+# ed228fd2da523d4a4b18fd93); with XLA's defaults (JAXRACE_XLA_DEFAULTS=1) the chunk still gives the
+# earlier pins bit for bit (avx512 692e124595eb39d1a75cc93a, avx2 72272d4b60016cddf555caa8; checked on
+# avx2, 2026-12-01). The options are the program's own, so the tests' XLA_FLAGS do not change these
+# bits. An AVX-512 machine's pin is to be recorded there:
+# `PYTHONPATH=tests python tests/agents/test_trainer.py` prints it.
+TRAINING_DIGEST = {"avx2": "a94c481171669010b172d7ca"}
 
 
 def training_digest(trainer) -> str:
