@@ -16,7 +16,9 @@ round (this machine is shared and its speed drifts):
 - one run's programs alone: its 16 updates (one epoch's) and its rollout (`collect`), each
   jitted with its state donated, medians of 9 calls;
 - the preset's final races (3 runs, a random actor, the AI field; `evaluate`): first call
-  and the median of 3 later ones.
+  and the median of 3 later ones;
+- the clip renderer on one race's frames (`render_frames`, a program that renders, so it
+  takes only the setting's `jaxrace.jit.RENDER_OPTIONS`): first call and the median of 3.
 
 Prints medians over rounds and writes results/bench_cpu_library_fusions[-TAG].json.
 """
@@ -47,6 +49,7 @@ SETTINGS = {
 def child(preset: str, chunk: int, chunks: int) -> dict:
     """Every measure of one setting, in this process (its options already in place)."""
     import jax
+    import numpy as np
     from bench_preset_epoch import timed_job
 
     from jaxrace.agents import HParams
@@ -54,7 +57,8 @@ def child(preset: str, chunk: int, chunks: int) -> dict:
     from jaxrace.agents.trainer import Trainer, make_learner
     from jaxrace.design.config import load_config
     from jaxrace.design.loop import LIBRARY_BASELINES, Envs, train_config
-    from jaxrace.jit import compiler_options, jit
+    from jaxrace.envs.video import render_frames
+    from jaxrace.jit import compiler_options, jit, render_compiler_options
     from jaxrace.rewards import RewardBank, library_reward
 
     c = load_config(preset)
@@ -107,10 +111,26 @@ def child(preset: str, chunk: int, chunks: int) -> dict:
 
     races_first = races()
     races_later = statistics.median(races() for _ in range(3))
+
+    # The clip renderer (a program that renders: `jaxrace.jit.render_compiler_options`), one race's frames.
+    ev = evaluate(learner, actors, e.race_env, fields, jax.random.key(2), e.race_steps, num_races=c.final_races,
+                  params_per_race=True)
+    one_race = jax.tree.map(lambda x: np.asarray(x[0, 0]), ev.states)
+    field0 = jax.tree.map(lambda x: x[0], fields)
+
+    def render():
+        t0 = time.perf_counter()
+        jax.block_until_ready(render_frames(e.race_env, field0, one_race))
+        return time.perf_counter() - t0
+
+    render_first = render()
+    render_later = statistics.median(render() for _ in range(3))
     return {"options": compiler_options(), "first_job_s": first, "epoch_ms": 1000 * per_epoch,
             "updates_first_s": updates_first, "updates_ms": 1000 * updates_s,
             "collect_first_s": collect_first, "collect_ms": 1000 * collect_s,
             "races_first_s": races_first, "races_later_s": races_later,
+            "render_first_s": render_first, "render_later_s": render_later,
+            "render_options": render_compiler_options(), "frames": int(one_race.time.shape[0]),
             "updates_per_epoch": config.updates_per_epoch, "batch": config.batch_size, "envs": config.num_envs,
             "races": c.final_races, "race_steps": e.race_steps}
 
@@ -158,7 +178,9 @@ def main() -> None:
                 ("collect_ms", f"one run's rollout, {first['envs']} envs x 8 steps (ms)", "ms"),
                 ("updates_first_s", "the updates' first call, compiling included (s)", "s"),
                 ("races_first_s", f"{first['races']} final races of 3 runs: first call (s)", "s"),
-                ("races_later_s", "the same races again: median of 3 (s)", "s")]
+                ("races_later_s", "the same races again: median of 3 (s)", "s"),
+                ("render_first_s", f"one race's {first['frames']} frames rendered: first call (s)", "s"),
+                ("render_later_s", "the same frames again: median of 3 (s)", "s")]
     rows, table = [], []
     for key, label, unit in measures:
         med = {name: statistics.median(m[key] for m in got[name]) for name in names}

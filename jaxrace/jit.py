@@ -72,8 +72,9 @@ def render_compiler_options() -> dict | None:
     """Of `compiler_options()`, those for a program that renders (`RENDER_OPTIONS`), else None.
 
     The older emitters with LLVM level 1 ran the clip renderer 2.2x slower, so it compiles without
-    them; without YNNPACK it rendered a race's frames in 0.90-1.11 s against 1.24-1.26 s, and the
-    pixel actor's update gradient took 2.4 s against 4.7 s (2-core AMD EPYC, 2026-12-01).
+    them. Without YNNPACK it renders as fast (a race's frames in 1.00 s against 0.96 s, within
+    noise: `experiments/bench_cpu_library_fusions.py --tag render`), and a pixel actor's training
+    job holds the critics' quantile Huber gradient, which YNNPACK's fusions made several times slower.
     """
     options = {k: v for k, v in (compiler_options() or {}).items() if k in RENDER_OPTIONS}
     return options or None
