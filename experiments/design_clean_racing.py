@@ -1,9 +1,11 @@
 """The headline experiment: the reward-design loop against the library rewards on a grand-prix circuit.
 
 Usage: python experiments/design_clean_racing.py [--preset standard] [--run-dir DIR] [--set KEY=VALUE ...]
+       [--cpu-devices auto]
 
 Runs `jaxrace design` with the `standard` preset (the task "win the race cleanly from the
-back of the grid" on `gp`, offline proposer, a noisy scripted judge) in a run directory,
+back of the grid" on `gp`, offline proposer, a noisy scripted judge) on its default CPU
+devices (one per core) in a run directory,
 or resumes it there, then reads the final stage: the loop's winner and the library rewards
 `gt_sophy` and `progress`, trained in one job with the same number of env steps each,
 each keeping its best checkpoint by the task's selection races, then raced `final_races`
@@ -26,6 +28,7 @@ from common import print_table, write_results
 
 from jaxrace.design.config import load_config
 from jaxrace.design.loop import LIBRARY_BASELINES, race_summary, run_design
+from jaxrace.envs.parallel import cpu_devices, use_cpu_devices
 
 TARGETS = {"median finish <= 3": ("median_position", 3.0), "<= 1 at-fault contact per race":
            ("at_fault_contacts_per_race", 1.0), "time-trial lap within 10% of the reference": ("trial_gap", 0.10)}
@@ -90,7 +93,10 @@ def main() -> None:
                         help="the loop's run directory; rerunning resumes it")
     parser.add_argument("--tag", default="", help="results go to results/design_clean_racing-<tag>.json")
     parser.add_argument("--quiet", action="store_true")
+    parser.add_argument("--cpu-devices", default="auto",
+                        help="JAX CPU devices, as `jaxrace design --cpu-devices` (default: one per core, as there)")
     args = parser.parse_args()
+    use_cpu_devices(cpu_devices(args.cpu_devices), warn=args.cpu_devices != "auto")  # before JAX runs anything
 
     config = load_config(args.preset, args.config, **parse_sets(args.set))
     run_dir = Path(args.run_dir)
