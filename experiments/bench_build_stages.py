@@ -11,8 +11,8 @@ the forward on one transition and the weights' gradient on one) is compiled agai
 ways, in an order that rotates with the program: with `build.VALIDATION_COMPILER_OPTIONS`
 (what validation does), the same without YNNPACK's fusions (as `jaxrace.jit`'s programs
 compile), at LLVM level 0 only (validation before XLA:CPU's older fusion emitters), and
-with XLA's defaults; each is called twice, as validation does, and the second call timed. Medians over the programs; no sandbox limits
-(the timings, not the isolation).
+with XLA's defaults; each is called twice, as validation does, and the second call timed.
+Medians over the programs; no sandbox limits (the timings, not the isolation).
 """
 
 from __future__ import annotations
