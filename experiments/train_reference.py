@@ -35,7 +35,9 @@ a curriculum: every env alone for the first share S, then A of them alone, and s
 from `--weight-ramp-from` (a share, as above) to the end.
 `--actor pixels` trains the CNN+GRU actor on 64x64 images (the critics read the state);
 on CPU its gradient updates are jitted calls from a host loop (`--host-updates`), since
-XLA:CPU differentiates a convolution inside a scan about 25x slower.
+XLA:CPU differentiates a convolution inside a scan about 25x slower. Its programs compile
+with jaxrace's CPU compile options (`jaxrace.jit`, as the loop's); with
+`JAXRACE_XLA_DEFAULTS=1` they compile as the runs before 2026-12-01 did, with XLA's defaults.
 """
 
 from __future__ import annotations
@@ -59,6 +61,7 @@ from jaxrace.agents.networks import NetworkConfig
 from jaxrace.agents.runner import committed, per_run_hparams, split_epochs
 from jaxrace.agents.selection import Assessment, KeepBest, assess, racing_score
 from jaxrace.envs import builtin_track, load_track_csv, per_env_params, race_fields, reference_lap_time
+from jaxrace.jit import jit
 from jaxrace.rewards import RewardBank, library_reward
 
 SKILL = 0.9
@@ -514,9 +517,11 @@ def main() -> None:
                         jax.random.split(k_eval)[1], race_steps, num_races=args.races, params_per_race=True)
 
     keep = KeepBest(score, every=args.eval_every, average=args.keep_average)
-    init = jax.jit(trainer.init)
+    # jaxrace's CPU compile options, as train_many's programs (a pixel actor's render: `jaxrace.jit`)
+    init = jit(trainer.init, renders=pixels)
     budget = 60 * args.minutes
-    fused_chunks = {id(t): jax.jit(lambda s, h, t=t: t.run_epochs(s, h, 0, args.chunk_epochs), donate_argnums=0)
+    fused_chunks = {id(t): jit(lambda s, h, t=t: t.run_epochs(s, h, 0, args.chunk_epochs), renders=pixels,
+                               donate_argnums=0)
                     for t in (trainer, *(p[2] for p in phases))}
     training = trainer  # the curriculum's current phase
 
@@ -533,7 +538,8 @@ def main() -> None:
         # (the first switch: the key init would reset the envs with, as the curriculum runs in
         # README were made; a later one folds its step in)
         k = jax.random.split(k_restart, 3)[1]
-        return committed(jax.jit(learner.restart_envs)(s, k if step == 0 else jax.random.fold_in(k, step)))
+        restart = jit(learner.restart_envs, renders=pixels)
+        return committed(restart(s, k if step == 0 else jax.random.fold_in(k, step)))
 
     def share_done(chunks_done: int) -> float:
         """How far the run is: its share of --steps when given, else of --minutes."""
@@ -597,7 +603,7 @@ def main() -> None:
         progress, reward = float(np.mean(metrics.progress)), float(np.mean(metrics.reward))
         curve.append((epochs * steps_per_epoch, progress, reward))
         chunk_s = time.perf_counter() - started
-        line = (f"{time.perf_counter() - t0:7.0f} s  epoch {epochs:6d}  steps {epochs * steps_per_epoch:9d}  "
+        line = (f"{time.perf_counter() - t0:7.1f} s  epoch {epochs:6d}  steps {epochs * steps_per_epoch:9d}  "
                 f"progress {progress:.2f} m/step  reward {reward:.2f}  alpha {float(metrics.alpha[-1]):.3f}  "
                 f"critic {float(np.mean(metrics.critic_loss)):.3f}")
         if bool(state.failed):
