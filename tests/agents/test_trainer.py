@@ -12,6 +12,7 @@ import jaxrace
 from jaxrace.agents import HParams, TrainConfig, make_train, runner, train_many
 from jaxrace.agents.runner import committed
 from jaxrace.envs import per_env_params
+from jaxrace.jit import jit
 from jaxrace.rewards import RewardBank, compile_reward, library_reward
 
 # Within the compiler's magnitude limit at its default weight; a run given scale 1e9 diverges.
@@ -87,8 +88,8 @@ def test_a_loop_of_chunks_from_a_committed_init_state_compiles_once(trainer):
     """train_reference's loop: the jitted init's state is uncommitted, a chunk's output is
     committed, and jit compiles the two apart; `committed` makes the first call the later ones'."""
     hparams = HParams()
-    chunk = jax.jit(lambda s: trainer.run_epochs(s, hparams, 0, 1))
-    init = jax.jit(trainer.init)
+    chunk = jit(lambda s: trainer.run_epochs(s, hparams, 0, 1))  # as train_reference: jaxrace's options
+    init = jit(trainer.init)
     state = committed(init(jax.random.key(3), hparams, 0))
     for _ in range(2):
         state = chunk(state)[0]
