@@ -65,7 +65,12 @@ def main() -> None:
             procs[name] = (core, tag, subprocess.Popen(cmd, env={**os.environ, **env}, stdout=subprocess.PIPE,
                                                        stderr=subprocess.STDOUT, text=True))
         for name, (core, tag, proc) in procs.items():
-            out, _ = proc.communicate(timeout=3600)
+            try:
+                out, _ = proc.communicate(timeout=3600)
+            except subprocess.TimeoutExpired:
+                for _, _, p in procs.values():  # leave no run training on a core
+                    p.kill()
+                raise SystemExit(f"{name} did not finish within an hour") from None
             for suffix in (".json", ".png"):  # the runs' own results: scratch
                 (RESULTS / f"train_reference-{tag}{suffix}").unlink(missing_ok=True)
             if proc.returncode:
