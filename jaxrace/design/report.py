@@ -418,7 +418,9 @@ def build_report(run: RunDir) -> str:
     cell = lambda name: (f"{tokens[name][0]:,}{'*' if tokens[name][1] else ''}" if name in tokens  # noqa: E731
                          else "0")
     compiling = lambda info: round(info.get("compile_seconds", 0.0), 1)  # noqa: E731 (absent in older runs)
-    rows = [[_e(name), round(info["seconds"], 1), compiling(info), cell(name)] for name, info in stages.items()]
+    attempts = lambda info: info.get("attempts", 1)  # noqa: E731 (absent in older runs)
+    rows = [[_e(name) + (f" ({attempts(info)} attempts)" if attempts(info) > 1 else ""), round(info["seconds"], 1),
+             compiling(info), cell(name)] for name, info in stages.items()]
     total = sum(info["seconds"] for info in stages.values())
     total_compile = sum(compiling(info) for info in stages.values())
     all_tokens = sum(t for t, _ in tokens.values())
@@ -427,6 +429,9 @@ def build_report(run: RunDir) -> str:
                  + _table(["stage", "seconds", "of which compiling", "LLM tokens"],
                           rows + [["<b>total</b>", round(total, 1), round(total_compile, 1),
                                    f"{all_tokens:,}{'*' if estimated else ''}"]])
+                 + ('<p class="note">A stage of several attempts was stopped and resumed; its time adds them '
+                    "all, a stopped attempt's up to the run's last sign of life in it.</p>"
+                    if any(attempts(info) > 1 for info in stages.values()) else "")
                  + ('<p class="note">* estimated at 4 characters a token: the offline proposer is not an LLM and '
                     "counts none.</p>" if estimated else ""))
     parts.append(f"<details><summary>Configuration</summary><pre>{_e(json.dumps(config.to_dict(), indent=1))}"

@@ -4,6 +4,9 @@ Every file is written to a temporary name, flushed to disk and renamed into plac
 run killed at any moment leaves each file either as it was or complete. `stages.json`
 lists the finished stages with their wall time; a stage is marked finished only after
 all its files are written, so resuming redoes at most the stage that was running.
+`running.json` holds the stage under way: when it began, and when the run was last seen
+alive in it (each log line, and every `HEARTBEAT_S`). A stage's time in `stages.json`
+is then the sum over its attempts, a killed attempt's counted up to its last sign of life.
 """
 
 from __future__ import annotations
@@ -11,14 +14,20 @@ from __future__ import annotations
 import json
 import math
 import os
+import threading
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from jaxrace.design.config import OPERATIONAL, PREDATED_VALUES, DesignConfig
 
 CONFIG = "config.json"
 STAGES = "stages.json"
+RUNNING = "running.json"
 LOG = "log.txt"
+HEARTBEAT_S = 10.0  # a killed stage's time is undercounted by at most this (less where it logged)
+NO_ATTEMPTS = {"attempts": 0, "seconds": 0.0, "compile_seconds": 0.0}
 
 
 class ConfigMismatch(ValueError):
@@ -34,7 +43,7 @@ def _json_default(x):
 def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     with open(tmp, "wb") as f:
         f.write(data)
         f.flush()
@@ -71,6 +80,8 @@ class RunDir:
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
+        self._running: dict | None = None  # this process's attempt at a stage, while under way
+        self._running_lock = threading.Lock()
 
     @classmethod
     def open(cls, path: str | Path, config: DesignConfig) -> RunDir:
@@ -126,19 +137,78 @@ class RunDir:
         return (self.path / rel).exists()
 
     def stages(self) -> dict:
-        """{stage: {"seconds": s, "finished": unix time, ...}} of the finished stages."""
+        """{stage: {"seconds": s, "finished": unix time, "attempts": n, ...}} of the finished stages;
+        `seconds` sums every attempt, `last_attempt_seconds` is the one that finished."""
         return self.read_json(STAGES) if self.exists(STAGES) else {}
 
     def done(self, stage: str) -> bool:
         return stage in self.stages()
 
-    def mark_done(self, stage: str, seconds: float, **info) -> None:
+    @contextmanager
+    def attempt(self, stage: str, compile_seconds: Callable[[], float] = lambda: 0.0) -> Iterator[dict]:
+        """Records an attempt at `stage` in `running.json` while it runs, and yields the stage's earlier,
+        unfinished attempts: {"attempts": n, "seconds": s, "compile_seconds": c} (zeros on the first).
+
+        A thread writes a heartbeat every `HEARTBEAT_S` (and `log` writes one with each line), so a
+        killed attempt is counted up to its last heartbeat; an attempt that raised, up to the raise.
+        `compile_seconds` reads this attempt's compile time so far, for the heartbeats."""
+        running = self.read_json(RUNNING) if self.exists(RUNNING) else {}
+        earlier = running.get(stage, {}).get("earlier", NO_ATTEMPTS)
+        if last := running.get(stage, {}).get("current"):
+            earlier = {"attempts": earlier["attempts"] + 1,
+                       "seconds": earlier["seconds"] + max(0.0, last["alive"] - last["started"]),
+                       "compile_seconds": earlier["compile_seconds"] + last["compile_seconds"]}
+        now = time.time()
+        with self._running_lock:
+            self._running = {"stage": stage, "earlier": earlier, "started": now, "compile": compile_seconds}
+            self._heartbeat_locked(running)
+        stop = threading.Event()
+
+        def beat():
+            while not stop.wait(HEARTBEAT_S):
+                self._heartbeat()
+
+        thread = threading.Thread(target=beat, name=f"jaxrace heartbeat {stage}", daemon=True)
+        thread.start()
+        try:
+            yield earlier
+        finally:
+            stop.set()
+            thread.join()
+            self._heartbeat()  # the attempt's end, finished or raised
+            with self._running_lock:
+                self._running = None
+
+    def _heartbeat(self) -> None:
+        with self._running_lock:
+            if self._running is not None:
+                self._heartbeat_locked(self.read_json(RUNNING) if self.exists(RUNNING) else {})
+
+    def _heartbeat_locked(self, running: dict) -> None:
+        r = self._running
+        running[r["stage"]] = {"earlier": r["earlier"], "current": {
+            "started": r["started"], "alive": time.time(), "compile_seconds": round(r["compile"](), 3)}}
+        self.write_json(RUNNING, running)
+
+    def mark_done(self, stage: str, seconds: float, *, compile_seconds: float = 0.0, earlier: dict | None = None,
+                  **info) -> None:
+        """Marks `stage` finished by an attempt of `seconds` (`earlier`: its unfinished attempts, from `attempt`)."""
+        earlier = earlier or NO_ATTEMPTS
         stages = self.stages()
-        stages[stage] = {"seconds": round(seconds, 3), "finished": time.time(), **info}
+        stages[stage] = {"seconds": round(seconds + earlier["seconds"], 3),
+                         "compile_seconds": round(compile_seconds + earlier["compile_seconds"], 3),
+                         "attempts": earlier["attempts"] + 1, "last_attempt_seconds": round(seconds, 3),
+                         "finished": time.time(), **info}
         self.write_json(STAGES, stages)
+        if self.exists(RUNNING):
+            with self._running_lock:
+                running = self.read_json(RUNNING)
+                running.pop(stage, None)
+                self.write_json(RUNNING, running)
 
     def log(self, message: str) -> None:
         """One line, time-stamped, appended to log.txt."""
+        self._heartbeat()  # before the line: whoever sees the line sees the attempt alive until then
         line = f"{time.strftime('%Y-%m-%d %H:%M:%S')} {message}\n"
         with open(self.path / LOG, "a", encoding="utf-8") as f:
             f.write(line)

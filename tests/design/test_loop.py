@@ -176,6 +176,12 @@ def wait_for_line(log: Path, text: str, proc, timeout_s: float = RUN_TIMEOUT_S) 
     raise AssertionError(f"no {text!r} in {log} after {timeout_s} s")
 
 
+def log_seconds(text: str, line: str) -> float:
+    """The time stamp of the first log line that contains `line`, in seconds since the epoch."""
+    stamp = next(row for row in text.splitlines() if line in row)[:19]
+    return time.mktime(time.strptime(stamp, "%Y-%m-%d %H:%M:%S"))
+
+
 def test_replayed_killed_twice_the_same_command_resumes_and_ends_the_same(setup, finished):
     root, config, env = setup
     run = root / "killed"
@@ -197,6 +203,15 @@ def test_replayed_killed_twice_the_same_command_resumes_and_ends_the_same(setup,
     assert text.count("iter1/generate: started") == 1 and text.count("iter1/train: started") == 2
     assert text.count("iter1/train: epoch 10/20") == 1 and text.count("iter2/race: started") == 2
     assert text.count("iter2/train: started") == 1
+    # A stage's time adds its killed attempt's, counted up to the last line that attempt logged.
+    stages = json.loads((run / "stages.json").read_text())
+    assert {name for name, info in stages.items() if info["attempts"] > 1} == {"iter1/train", "iter2/race"}
+    assert stages["iter1/train"]["attempts"] == stages["iter2/race"]["attempts"] == 2
+    killed = log_seconds(text, "iter1/train: epoch 10/20") - log_seconds(text, "iter1/train: started")
+    earlier = stages["iter1/train"]["seconds"] - stages["iter1/train"]["last_attempt_seconds"]
+    assert abs(earlier - killed) <= 1.5, (earlier, killed)  # the log's stamps are to the second
+    assert json.loads((run / "running.json").read_text()) == {}
+    assert "iter1/train (2 attempts)" in (run / "report.html").read_text()
     for rel in ("iter1/rank.json", "iter2/rank.json", "iter2/select.json", "final/race/metrics.json",
                 "iter2/race/components.json", "iter1/attempts.json", "iter2/attempts.json", "iter2/feedback.txt"):
         assert (run / rel).read_text() == (finished / rel).read_text(), rel
