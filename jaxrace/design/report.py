@@ -11,6 +11,7 @@ import html
 import itertools
 import json
 import math
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -209,6 +210,7 @@ def _iteration(run: RunDir, k: int, previous_best: tuple[str, str] | None) -> tu
         out.append(f'<p class="note">Generation stopped early: {_e(attempts["stopped"])}</p>')
     if select:
         out.append(f'<p class="note">Selection: {_e(select["reason"])}.</p>')
+    trained = run.done(f"{d}/train")
     rows, classes = [], []
     order = rank["order"] if rank else [c["name"] for c in candidates]
     order += [c["name"] for c in candidates if c["name"] not in order]
@@ -222,7 +224,8 @@ def _iteration(run: RunDir, k: int, previous_best: tuple[str, str] | None) -> tu
             i = rank["names"].index(name)
             score, err = rank["scores"][i], rank["stderr"][i]
         diverged = bool(rank and rank["failed"].get(name))
-        status = "not trained" if not chosen else "failed in training" if diverged else "trained"
+        status = ("not trained" if not chosen else "failed in training" if diverged else "trained" if trained
+                  else "selected; training not finished")
         bt = "-" if score is None else f"{score:+.2f} &plusmn; {err:.2f}"
         race = rank["races"].get(name, {}) if rank else {}
         rows.append([_e(name), _e(c["origin"]), _e(", ".join(c["components"])), _num(tac), status, bt,
@@ -421,6 +424,11 @@ def build_report(run: RunDir) -> str:
     attempts = lambda info: info.get("attempts", 1)  # noqa: E731 (absent in older runs)
     rows = [[_e(name) + (f" ({attempts(info)} attempts)" if attempts(info) > 1 else ""), round(info["seconds"], 1),
              compiling(info), cell(name)] for name, info in stages.items()]
+    unfinished = {name: info for name, info in run.unfinished().items() if name not in stages and name != "report"}
+    rows += [[f"{_e(name)} (unfinished: {attempts(info)} attempt{'s' if attempts(info) > 1 else ''}, last seen "
+              f"{time.strftime('%Y-%m-%d %H:%M', time.localtime(info['alive']))})", round(info["seconds"], 1),
+              compiling(info), cell(name)] for name, info in unfinished.items()]
+    stages = {**stages, **unfinished}
     total = sum(info["seconds"] for info in stages.values())
     total_compile = sum(compiling(info) for info in stages.values())
     all_tokens = sum(t for t, _ in tokens.values())
@@ -432,6 +440,8 @@ def build_report(run: RunDir) -> str:
                  + ('<p class="note">A stage of several attempts was stopped and resumed; its time adds them '
                     "all, a stopped attempt's up to the run's last sign of life in it.</p>"
                     if any(attempts(info) > 1 for info in stages.values()) else "")
+                 + ('<p class="note">An unfinished stage was under way when this page was written, or was stopped; '
+                    "the same command resumes it.</p>" if unfinished else "")
                  + ('<p class="note">* estimated at 4 characters a token: the offline proposer is not an LLM and '
                     "counts none.</p>" if estimated else ""))
     parts.append(f"<details><summary>Configuration</summary><pre>{_e(json.dumps(config.to_dict(), indent=1))}"

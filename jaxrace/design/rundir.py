@@ -144,6 +144,18 @@ class RunDir:
     def done(self, stage: str) -> bool:
         return stage in self.stages()
 
+    def unfinished(self) -> dict:
+        """{stage: {"seconds": s, "compile_seconds": c, "attempts": n, "alive": unix time}} of the stages begun
+        and not finished (one under way now, or stopped), their time summed up to the last sign of life."""
+        running = self.read_json(RUNNING) if self.exists(RUNNING) else {}
+        out = {}
+        for stage, record in running.items():
+            e, c = record["earlier"], record["current"]
+            out[stage] = {"seconds": e["seconds"] + max(0.0, c["alive"] - c["started"]),
+                          "compile_seconds": e["compile_seconds"] + c["compile_seconds"],
+                          "attempts": e["attempts"] + 1, "alive": c["alive"]}
+        return out
+
     @contextmanager
     def attempt(self, stage: str, compile_seconds: Callable[[], float] = lambda: 0.0) -> Iterator[dict]:
         """Records an attempt at `stage` in `running.json` while it runs, and yields the stage's earlier,
@@ -153,11 +165,8 @@ class RunDir:
         killed attempt is counted up to its last heartbeat; an attempt that raised, up to the raise.
         `compile_seconds` reads this attempt's compile time so far, for the heartbeats."""
         running = self.read_json(RUNNING) if self.exists(RUNNING) else {}
-        earlier = running.get(stage, {}).get("earlier", NO_ATTEMPTS)
-        if last := running.get(stage, {}).get("current"):
-            earlier = {"attempts": earlier["attempts"] + 1,
-                       "seconds": earlier["seconds"] + max(0.0, last["alive"] - last["started"]),
-                       "compile_seconds": earlier["compile_seconds"] + last["compile_seconds"]}
+        before = self.unfinished().get(stage)
+        earlier = NO_ATTEMPTS if before is None else {k: before[k] for k in NO_ATTEMPTS}
         now = time.time()
         with self._running_lock:
             self._running = {"stage": stage, "earlier": earlier, "started": now, "compile": compile_seconds}

@@ -194,6 +194,13 @@ def test_replayed_killed_twice_the_same_command_resumes_and_ends_the_same(setup,
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=60)
         assert unfinished not in json.loads((run / "stages.json").read_text())
+        if unfinished == "iter1/train":  # the report of a stopped run shows the stage it stopped in
+            out = subprocess.run([sys.executable, "-m", "jaxrace.cli", "report", str(run)], env=env,
+                                 capture_output=True, text=True, timeout=120)
+            assert out.returncode == 0, out.stderr[-3000:]
+            page = (run / "report.html").read_text()
+            assert "iter1/train (unfinished: 1 attempt, last seen" in page
+            assert "selected; training not finished" in page and ">trained<" not in page
     assert (run / "iter1" / "train" / "job.ckpt").exists() is False  # iter1 trained to the end on resume
     out = subprocess.run(command(config, run, *replay), env=env, capture_output=True, text=True,
                          timeout=RUN_TIMEOUT_S)

@@ -48,9 +48,11 @@ def test_a_killed_attempt_counts_up_to_its_last_log_line(tmp_path):
     out = subprocess.run([sys.executable, "-c", KILLED_ATTEMPT, str(tmp_path)], capture_output=True, timeout=120)
     assert out.returncode == -signal.SIGKILL, out.stderr.decode()[-2000:]
     run = RunDir(tmp_path)
+    stopped = run.unfinished()["iter1/train"]  # what the report shows before a resume
+    assert stopped["attempts"] == 1 and stopped["compile_seconds"] == 0.25 and 0.6 <= stopped["seconds"] < 5.0
     with run.attempt("iter1/train") as earlier:
         pass
-    assert earlier["attempts"] == 1 and earlier["compile_seconds"] == 0.25
+    assert earlier == {k: stopped[k] for k in earlier}
     assert 0.6 <= earlier["seconds"] < 5.0  # the sleep between the two lines, without the heartbeat's 10 s
     # another stage's record is its own
     with run.attempt("iter1/race") as other:
