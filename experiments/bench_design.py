@@ -40,8 +40,8 @@ def run(preset: str, config: str | None, run_dir: Path, cache: Path) -> tuple[di
     stages = json.loads((run_dir / "stages.json").read_text())
     train = stages["iter1/train"]
     # The stage begins, then compiles its programs before the first epoch runs.
-    to_training = (train["finished"] - train.get("last_attempt_seconds", train["seconds"]) + train["compile_seconds"]
-                   - started)
+    to_training = (train["finished"] - train.get("last_attempt_seconds", train["seconds"])
+                   + train.get("last_attempt_compile_seconds", train["compile_seconds"]) - started)
     return stages, wall, to_training
 
 

@@ -144,12 +144,20 @@ class RunDir:
     def done(self, stage: str) -> bool:
         return stage in self.stages()
 
+    def _read_running(self) -> dict:
+        try:
+            return self.read_json(RUNNING) if self.exists(RUNNING) else {}
+        except ValueError:  # not JSON (a disk that lost the rename): the record only, nothing else, is lost
+            return {}
+
     def unfinished(self) -> dict:
         """{stage: {"seconds": s, "compile_seconds": c, "attempts": n, "alive": unix time}} of the stages begun
         and not finished (one under way now, or stopped), their time summed up to the last sign of life."""
-        running = self.read_json(RUNNING) if self.exists(RUNNING) else {}
+        finished = self.stages()
         out = {}
-        for stage, record in running.items():
+        for stage, record in self._read_running().items():
+            if stage in finished:  # killed after it was marked finished, before its record was dropped
+                continue
             e, c = record["earlier"], record["current"]
             out[stage] = {"seconds": e["seconds"] + max(0.0, c["alive"] - c["started"]),
                           "compile_seconds": e["compile_seconds"] + c["compile_seconds"],
@@ -163,14 +171,13 @@ class RunDir:
 
         A thread writes a heartbeat every `HEARTBEAT_S` (and `log` writes one with each line), so a
         killed attempt is counted up to its last heartbeat; an attempt that raised, up to the raise.
-        `compile_seconds` reads this attempt's compile time so far, for the heartbeats."""
-        running = self.read_json(RUNNING) if self.exists(RUNNING) else {}
+        `compile_seconds` reads this attempt's compile time so far, for the heartbeats. The record is
+        best effort: a heartbeat that cannot be written is skipped, and never fails the stage."""
         before = self.unfinished().get(stage)
-        earlier = NO_ATTEMPTS if before is None else {k: before[k] for k in NO_ATTEMPTS}
-        now = time.time()
+        earlier = dict(NO_ATTEMPTS) if before is None else {k: before[k] for k in NO_ATTEMPTS}
         with self._running_lock:
-            self._running = {"stage": stage, "earlier": earlier, "started": now, "compile": compile_seconds}
-            self._heartbeat_locked(running)
+            self._running = {"stage": stage, "earlier": earlier, "started": time.time(), "compile": compile_seconds}
+        self._heartbeat()
         stop = threading.Event()
 
         def beat():
@@ -180,7 +187,7 @@ class RunDir:
         thread = threading.Thread(target=beat, name=f"jaxrace heartbeat {stage}", daemon=True)
         thread.start()
         try:
-            yield earlier
+            yield dict(earlier)
         finally:
             stop.set()
             thread.join()
@@ -189,15 +196,18 @@ class RunDir:
                 self._running = None
 
     def _heartbeat(self) -> None:
+        """Writes this process's attempt as alive now (no-op when none is under way)."""
         with self._running_lock:
-            if self._running is not None:
-                self._heartbeat_locked(self.read_json(RUNNING) if self.exists(RUNNING) else {})
-
-    def _heartbeat_locked(self, running: dict) -> None:
-        r = self._running
-        running[r["stage"]] = {"earlier": r["earlier"], "current": {
-            "started": r["started"], "alive": time.time(), "compile_seconds": round(r["compile"](), 3)}}
-        self.write_json(RUNNING, running)
+            r = self._running
+            if r is None:
+                return
+            try:
+                running = self._read_running()
+                running[r["stage"]] = {"earlier": r["earlier"], "current": {
+                    "started": r["started"], "alive": time.time(), "compile_seconds": round(r["compile"](), 3)}}
+                self.write_json(RUNNING, running)
+            except OSError:  # a full or read-only disk: the stage's own writes will say so
+                pass
 
     def mark_done(self, stage: str, seconds: float, *, compile_seconds: float = 0.0, earlier: dict | None = None,
                   **info) -> None:
@@ -207,13 +217,16 @@ class RunDir:
         stages[stage] = {"seconds": round(seconds + earlier["seconds"], 3),
                          "compile_seconds": round(compile_seconds + earlier["compile_seconds"], 3),
                          "attempts": earlier["attempts"] + 1, "last_attempt_seconds": round(seconds, 3),
-                         "finished": time.time(), **info}
-        self.write_json(STAGES, stages)
-        if self.exists(RUNNING):
-            with self._running_lock:
-                running = self.read_json(RUNNING)
-                running.pop(stage, None)
-                self.write_json(RUNNING, running)
+                         "last_attempt_compile_seconds": round(compile_seconds, 3), "finished": time.time(), **info}
+        self.write_json(STAGES, stages)  # first: a kill between the two writes leaves a stale record, ignored
+        with self._running_lock:
+            running = self._read_running()
+            if stage in running:
+                running.pop(stage)
+                try:
+                    self.write_json(RUNNING, running)
+                except OSError:
+                    pass
 
     def log(self, message: str) -> None:
         """One line, time-stamped, appended to log.txt."""

@@ -67,3 +67,20 @@ def test_the_heartbeat_keeps_a_quiet_attempt_alive(tmp_path, monkeypatch):
         time.sleep(0.4)  # logs nothing
         current = json.loads((tmp_path / RUNNING).read_text())["final/train"]["current"]
     assert current["alive"] - current["started"] >= 0.25
+
+
+def test_a_finished_stage_redone_starts_afresh_and_a_broken_record_fails_nothing(tmp_path):
+    run = RunDir(tmp_path)
+    with run.attempt("report") as earlier:
+        time.sleep(0.2)
+    # killed after the stage was marked finished, before its record was dropped: the record is stale
+    stale = (tmp_path / RUNNING).read_text()
+    run.mark_done("report", 0.2, earlier=earlier)
+    (tmp_path / RUNNING).write_text(stale)
+    assert run.unfinished() == {}
+    with run.attempt("report") as earlier:
+        assert earlier == NO_ATTEMPTS
+    (tmp_path / RUNNING).write_text('{"iter1/train": {"earl')  # not JSON: only the record is lost
+    with run.attempt("iter1/train") as earlier:
+        run.log("iter1/train: started")
+    assert earlier == NO_ATTEMPTS and "iter1/train" in json.loads((tmp_path / RUNNING).read_text())
