@@ -180,9 +180,6 @@ def measure(trainer, runs: int, epochs: int, profile: bool = False) -> dict:
         out[f"{name}_max_s"] = max(s)
     out["epoch_s"] = sum(out[f"{name}_s"] for name in seconds)
     if profile:
-        if learner.config.host_updates:
-            raise SystemExit("--profile splits the fused learn program: leave out --host-updates")
-
         def learn():
             nonlocal state
             state, collected = runner._collect(learner, state)
@@ -218,6 +215,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.profile and "xla_cpu_enable_xprof_traceme=true" not in os.environ.get("XLA_FLAGS", ""):
         parser.error("--profile needs XLA's per-op trace events: XLA_FLAGS=--xla_cpu_enable_xprof_traceme=true")
+    if args.profile and args.host_updates:
+        parser.error("--profile splits the fused learn program: leave out --host-updates")
     c = load_config(args.preset, args.config)
     envs = Envs.make(c)
     bank = RewardBank.from_compiled([library_reward("progress")])
