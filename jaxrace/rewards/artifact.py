@@ -1,19 +1,29 @@
 """A compiled reward as data: exported StableHLO that the caller runs without its source.
 
-The sandbox worker traces a program and exports two functions with `jax.export`, both
-over a symbolic batch `b` of transitions (every `RaceView` and `Action` field is an
-array of shape [b], in field order):
+The sandbox worker traces a program and exports one function with `jax.export`, over a
+symbolic batch `b` of transitions (every `RaceView` and `Action` field is an array of
+shape [b], in field order): the reward and its VJP w.r.t. the weights,
 
-    forward(weights f32[b, P], *prev, *action, *curr) -> (total f32[b], components f32[b, C])
-    weights_vjp(weights, *prev, *action, *curr, d_total f32[b], d_components f32[b, C]) -> f32[b, P]
+    reward(weights f32[b, P], *prev, *action, *curr, d_total f32[b], d_components f32[b, C])
+        -> (total f32[b], components f32[b, C], d_weights f32[b, P])
+
+A forward call passes zero cotangents and uses the first two outputs; XLA inlines the
+exported call and removes the unused VJP (the compiled forward is the same program as a
+forward-only export's: same operations, same values). One export instead of a forward
+and a separate VJP costs one lowering over the symbolic batch instead of two.
+Version 1 artifacts (before 2026-12-02) hold the two functions separately,
+
+    forward(weights, *prev, *action, *curr) -> (total, components)
+    weights_vjp(weights, *prev, *action, *curr, d_total, d_components) -> d_weights
+
+and still load (run directories keep artifacts).
 
 `RewardArtifact.to_bytes()` stores them in a zip with a JSON header (component names,
 PARAMS, the field layout, versions) and the source, kept as a record only: loading
 never executes it. `load_call(artifact)` returns a function that works under `jit`,
 `vmap` (any number of nested axes are folded into the symbolic batch through
 `jax.custom_batching.custom_vmap`) and `grad` w.r.t. the weights (a `custom_vjp` whose
-backward pass is the exported `weights_vjp`). The transition is data: its cotangent is
-zero.
+backward pass is the exported VJP). The transition is data: its cotangent is zero.
 """
 
 from __future__ import annotations
@@ -34,7 +44,8 @@ from jax.custom_batching import custom_vmap
 from jaxrace.rewards.api import Action, RaceView, field_dtypes
 
 FORMAT = "jaxrace-reward-artifact"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+READABLE_VERSIONS = (1, 2)
 PLATFORMS = ("cpu", "cuda", "rocm", "tpu")
 MAX_ARTIFACT_BYTES = 8 << 20
 # custom_calls an exported reward may contain: shape checks of the symbolic batch only.
@@ -59,13 +70,21 @@ class RewardArtifact:
     sha256: str
     component_names: tuple[str, ...]
     params: tuple[tuple[str, float], ...]
-    forward: bytes = dataclasses.field(repr=False)
-    weights_vjp: bytes = dataclasses.field(repr=False)
+    # Version 2: the exported `reward` (the module docstring). Version 1: its `forward`.
+    exported: bytes = dataclasses.field(repr=False)
     layout: dict = dataclasses.field(repr=False, default_factory=field_layout)
     jax_version: str = jax.__version__
+    version: int = FORMAT_VERSION
+    weights_vjp: bytes | None = dataclasses.field(repr=False, default=None)  # version 1 only
+
+    def __post_init__(self):
+        if self.version not in READABLE_VERSIONS or (self.version == 1) != (self.weights_vjp is not None):
+            raise ArtifactError(f"a version {self.version!r} artifact "
+                                + ("holds a separate weights VJP" if self.version == 1 else "has no separate "
+                                   "weights VJP") + f"; this jaxrace reads versions {READABLE_VERSIONS}")
 
     def header(self) -> dict:
-        return {"format": FORMAT, "version": FORMAT_VERSION, "sha256": self.sha256,
+        return {"format": FORMAT, "version": self.version, "sha256": self.sha256,
                 "component_names": list(self.component_names), "params": [list(p) for p in self.params],
                 "layout": self.layout, "jax_version": self.jax_version}
 
@@ -73,8 +92,11 @@ class RewardArtifact:
         buffer = io.BytesIO()
         with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as z:
             z.writestr("header.json", json.dumps(self.header(), indent=1))
-            z.writestr("forward.jaxexport", self.forward)
-            z.writestr("weights_vjp.jaxexport", self.weights_vjp)
+            if self.version == 1:  # saved again as it was read
+                z.writestr("forward.jaxexport", self.exported)
+                z.writestr("weights_vjp.jaxexport", self.weights_vjp)
+            else:
+                z.writestr("reward.jaxexport", self.exported)
             z.writestr("source.py", self.source)
         return buffer.getvalue()
 
@@ -89,19 +111,22 @@ class RewardArtifact:
                 if sizes > 4 * MAX_ARTIFACT_BYTES:
                     raise ArtifactError(f"reward artifact unpacks to {sizes} bytes")
                 header = json.loads(z.read("header.json"))
-                forward, vjp = z.read("forward.jaxexport"), z.read("weights_vjp.jaxexport")
+                version = header.get("version") if isinstance(header, dict) else None
+                if header.get("format") != FORMAT or type(version) is not int or version not in READABLE_VERSIONS:
+                    raise ArtifactError(f"unsupported artifact format {header.get('format')!r} version "
+                                        f"{version!r}; this jaxrace reads {FORMAT} versions {READABLE_VERSIONS}")
+                if version == 1:
+                    exported, vjp = z.read("forward.jaxexport"), z.read("weights_vjp.jaxexport")
+                else:
+                    exported, vjp = z.read("reward.jaxexport"), None
                 source = z.read("source.py").decode()
-        except (zipfile.BadZipFile, KeyError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        except (zipfile.BadZipFile, KeyError, UnicodeDecodeError, json.JSONDecodeError, AttributeError) as e:
             raise ArtifactError(f"not a reward artifact: {e}") from None
-        version = header.get("version")
-        if header.get("format") != FORMAT or type(version) is not int or version != FORMAT_VERSION:
-            raise ArtifactError(f"unsupported artifact format {header.get('format')!r} version "
-                                f"{header.get('version')!r}; this jaxrace reads {FORMAT} {FORMAT_VERSION}")
         if header["layout"] != field_layout():
             raise ArtifactError("the artifact was built for a different RaceView/Action; compile its source again")
         return cls(source=source, sha256=header["sha256"], component_names=tuple(header["component_names"]),
-                   params=tuple((k, float(v)) for k, v in header["params"]), forward=forward, weights_vjp=vjp,
-                   layout=header["layout"], jax_version=header["jax_version"])
+                   params=tuple((k, float(v)) for k, v in header["params"]), exported=exported,
+                   layout=header["layout"], jax_version=header["jax_version"], version=version, weights_vjp=vjp)
 
 
 # The dialects a deserialized reward module is made of; an op of any other is refused.
@@ -214,22 +239,39 @@ def load_call(artifact: RewardArtifact, vmappable: bool = True) -> Callable:
     functions do not load or are not pure.
     """
     try:
-        forward = export.deserialize(artifact.forward)
-        vjp = export.deserialize(artifact.weights_vjp)
+        functions = [export.deserialize(artifact.exported)]
+        if artifact.version == 1:
+            functions.append(export.deserialize(artifact.weights_vjp))
     except Exception as e:  # noqa: BLE001 (a corrupt artifact can fail anywhere in the flatbuffer)
         raise ArtifactError(f"the artifact's exported functions do not load: {type(e).__name__}: {e}") from None
-    _check_exported(forward, "forward function", 2)
-    _check_exported(vjp, "weights VJP", 1)
     view_dtypes = [np.dtype(d) for _, d in artifact.layout["RaceView"]]
     action_dtypes = [np.dtype(d) for _, d in artifact.layout["Action"]]
-    inputs = [(("b", len(artifact.params)), np.float32)] + [
-        (("b",), d) for d in view_dtypes + action_dtypes + view_dtypes]
-    _check_inputs(forward, "forward function", inputs)
-    _check_inputs(vjp, "weights VJP", inputs + [(("b",), np.float32), (("b", len(artifact.component_names)),
-                                                                        np.float32)])
+    dtypes = view_dtypes + action_dtypes + view_dtypes
+    num_components = len(artifact.component_names)
+    inputs = [(("b", len(artifact.params)), np.float32)] + [(("b",), d) for d in dtypes]
+    cotangents = [(("b",), np.float32), (("b", num_components), np.float32)]
     wrap = _batched_call if vmappable else (lambda exported: exported.call)
-    return make_call(wrap(forward), wrap(vjp), len(artifact.params),
-                     view_dtypes + action_dtypes + view_dtypes)
+    if artifact.version == 1:
+        forward, vjp = functions
+        _check_exported(forward, "forward function", 2)
+        _check_exported(vjp, "weights VJP", 1)
+        _check_inputs(forward, "forward function", inputs)
+        _check_inputs(vjp, "weights VJP", inputs + cotangents)
+        return make_call(wrap(forward), wrap(vjp), len(artifact.params), dtypes)
+    (reward,) = functions
+    _check_exported(reward, "exported reward", 3)
+    _check_inputs(reward, "exported reward", inputs + cotangents)
+    both = wrap(reward)
+
+    def forward(weights, *fields):  # zero cotangents: XLA drops the VJP's outputs and their work
+        size = weights.shape[0]
+        return both(weights, *fields, jnp.zeros((size,), jnp.float32),
+                    jnp.zeros((size, num_components), jnp.float32))[:2]
+
+    def weights_vjp(*args):
+        return both(*args)[2]
+
+    return make_call(forward, weights_vjp, len(artifact.params), dtypes)
 
 
 def make_call(forward: Callable, weights_vjp: Callable, num_params: int, dtypes: list) -> Callable:

@@ -267,11 +267,10 @@ def _specs(num_params: int, b) -> tuple[jax.ShapeDtypeStruct, list[jax.ShapeDtyp
 
 @dataclasses.dataclass(frozen=True)
 class ForwardTrace:
-    """`jitted` (`jit(forward_function(...))`) traced over a symbolic batch: `traced`; `names`
-    are the components' names in the program's order."""
+    """`jit(forward_function(...))` traced over a symbolic batch: `traced`; `names` are the
+    components' names in the program's order."""
 
     names: tuple[str, ...]
-    jitted: Callable
     weight_spec: jax.ShapeDtypeStruct
     field_specs: tuple[jax.ShapeDtypeStruct, ...]
     traced: jax.stages.Traced
@@ -287,26 +286,29 @@ def trace_forward(source: str, info: ProgramInfo, fn: Callable) -> ForwardTrace:
     types are checked on the way (one transition's total a float scalar, each component
     a numeric scalar with a short printable name).
 
-    Export lowers this trace (jit's cache hands it back), the VJP replays its jaxpr
-    rather than running the program again, and its text is what a second, fresh
+    The export replays its jaxpr under `jax.vjp` rather than running the program
+    again, and its text is what a second, fresh
     execution must reproduce (see `build_artifact`). Tracing starts no JAX runtime.
     """
     (b,) = export.symbolic_shape("b")
     weight_spec, field_specs = _specs(len(info.params), b)
     names: list[str] = []
-    jitted = jax.jit(forward_function(fn, info, names))
     try:
         with _exporting():
-            traced = jitted.trace(weight_spec, *field_specs)
+            traced = jax.jit(forward_function(fn, info, names)).trace(weight_spec, *field_specs)
     except Exception as e:
         raise _fail("trace", e, source) from None
-    return ForwardTrace(tuple(names), jitted, weight_spec, tuple(field_specs), traced)
+    return ForwardTrace(tuple(names), weight_spec, tuple(field_specs), traced)
 
 
 def export_program(source: str, info: ProgramInfo, fn: Callable, forward: ForwardTrace | None = None
                    ) -> RewardArtifact:
-    """Stage 5a: export the forward function and its VJP w.r.t. the weights over a symbolic batch.
+    """Stage 5a: export the reward and its VJP w.r.t. the weights, as one function over a symbolic batch.
 
+    `(weights, *fields, d_total, d_components) -> (total, components, d_weights)` (the
+    artifact module's docstring): the VJP replays the forward's jaxpr, whose primal
+    outputs are the forward's. One export lowers the program over the symbolic batch
+    once, where a forward and a separate VJP lowered it twice (0.13 to 0.09 s a build).
     `forward` is `trace_forward(source, info, fn)`, traced here if not given.
     """
     forward = forward if forward is not None else trace_forward(source, info, fn)
@@ -315,21 +317,20 @@ def export_program(source: str, info: ProgramInfo, fn: Callable, forward: Forwar
     b = weight_spec.shape[0]
     replay = jaxpr_as_fun(forward.traced.jaxpr)
 
-    def weights_vjp(weights, *args):
+    def reward_and_vjp(weights, *args):
         fields, cotangents = args[:-2], args[-2:]
-        _, pull = jax.vjp(lambda w: tuple(replay(w, *fields)), weights)
-        return pull(cotangents)[0]
+        (total, components), pull = jax.vjp(lambda w: tuple(replay(w, *fields)), weights)
+        return total, components, pull(cotangents)[0]
 
     spec = jax.ShapeDtypeStruct
     try:
         with _exporting():
-            exported = export.export(forward.jitted, platforms=PLATFORMS)(weight_spec, *field_specs).serialize()
-            exported_vjp = export.export(jax.jit(weights_vjp), platforms=PLATFORMS)(
+            exported = export.export(jax.jit(reward_and_vjp), platforms=PLATFORMS)(
                 weight_spec, *field_specs, spec((b,), jnp.float32), spec((b, len(names)), jnp.float32)).serialize()
     except Exception as e:
         raise _fail("trace", e, source) from None
     return RewardArtifact(source=source, sha256=hashlib.sha256(source.encode()).hexdigest(), component_names=names,
-                          params=tuple(info.params.items()), forward=exported, weights_vjp=exported_vjp)
+                          params=tuple(info.params.items()), exported=exported)
 
 
 # ---------------------------------------------------------------------------- validate

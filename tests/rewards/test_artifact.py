@@ -97,6 +97,8 @@ def test_an_artifact_saved_by_an_earlier_jaxrace_loads_and_agrees_with_todays_bu
     """Run directories store artifacts: one saved at an earlier commit must load without the
     sandbox and give today's build's values (nested vmap over candidates) and gradients."""
     old = load_reward(SAVED_ARTIFACT)
+    assert old.artifact.version == 1 and compiled.artifact.version == 2  # a separate forward and VJP, then one
+    assert RewardArtifact.from_bytes(old.artifact.to_bytes()).weights_vjp == old.artifact.weights_vjp  # saved as read
     assert old.sha256 == compiled.sha256 and old.component_names == compiled.component_names
     assert old.params == compiled.params
     prev, act, curr, _ = synthetic_batch()
@@ -141,6 +143,30 @@ def _rezip(data: bytes, **replace) -> bytes:
     return out.getvalue()
 
 
+def test_a_forward_call_compiles_without_the_vjps_work():
+    """The artifact exports the reward and its VJP as one function; a forward call passes
+    zero cotangents, and XLA must drop the VJP: the compiled forward does exactly the
+    in-process program's arithmetic, and the gradient's is more. (Trusted library source,
+    exported in this process.)"""
+    from jaxrace.rewards import build
+    from jaxrace.rewards.artifact import load_call
+    from jaxrace.rewards.library import LIBRARY
+
+    source = LIBRARY["gt_sophy"]
+    info = build.check_policy(build.parse_program(source))
+    artifact = build.export_program(source, info, build.execute_program(source, info))
+    prev, act, curr = build.tiled_validation_cases(4096)
+    weights = np.asarray([v for _, v in artifact.params], np.float32)
+
+    def flops(f):  # the transitions as arguments: closed over, XLA folds them into the module (see the README)
+        return jax.jit(f).lower(weights, prev, act, curr).compile().cost_analysis()["flops"]
+
+    exported, in_process = load_call(artifact), build.in_process_call(source)
+    forward = flops(exported)
+    assert forward == flops(in_process) > 0
+    assert flops(jax.grad(lambda w, *t: exported(w, *t)[0].sum())) > 1.3 * forward
+
+
 def test_corrupt_or_foreign_artifacts_are_refused_with_a_reason(compiled):
     data = compiled.artifact.to_bytes()
     with pytest.raises(ArtifactError, match="not a reward artifact"):
@@ -150,7 +176,11 @@ def test_corrupt_or_foreign_artifacts_are_refused_with_a_reason(compiled):
     with pytest.raises(ArtifactError, match="different RaceView"):
         RewardArtifact.from_bytes(_rezip(data, **{"header.json": json.dumps(header)}))
     with pytest.raises(ArtifactError, match="do not load"):
-        CompiledReward.from_artifact(_rezip(data, **{"forward.jaxexport": b"\x00" * 64}))
+        CompiledReward.from_artifact(_rezip(data, **{"reward.jaxexport": b"\x00" * 64}))
+    header = json.loads(zipfile.ZipFile(io.BytesIO(data)).read("header.json"))
+    header["version"] = 1  # a version-1 header over a version-2 zip: its two functions are missing
+    with pytest.raises(ArtifactError, match="not a reward artifact: .*forward.jaxexport"):
+        RewardArtifact.from_bytes(_rezip(data, **{"header.json": json.dumps(header)}))
 
 
 def test_an_artifact_with_a_foreign_custom_call_is_refused_by_the_caller(compiled):
@@ -161,24 +191,25 @@ def test_an_artifact_with_a_foreign_custom_call_is_refused_by_the_caller(compile
     """
     (b,) = export.symbolic_shape("b")
 
-    def with_custom_call(weights, *fields):
+    def with_custom_call(weights, *args):
+        fields = args[:-2]
         m = jnp.stack([fields[0], fields[0] + 1.0], axis=-1)[..., None] * jnp.eye(2)
         total = jnp.linalg.eigh(m)[0][..., 0]
-        return total, jnp.zeros(fields[0].shape + (2,), jnp.float32)
+        return total, jnp.zeros(fields[0].shape + (2,), jnp.float32), jnp.zeros_like(weights)
 
     art = compiled.artifact
     specs = [jax.ShapeDtypeStruct((b, 2), jnp.float32)] + [
         jax.ShapeDtypeStruct((b,), np.dtype(d)) for _, d in art.layout["RaceView"] + art.layout["Action"]
-        + art.layout["RaceView"]]
+        + art.layout["RaceView"]] + [jax.ShapeDtypeStruct((b,), jnp.float32), jax.ShapeDtypeStruct((b, 2), jnp.float32)]
     forged = export.export(jax.jit(with_custom_call), platforms=("cpu",))(*specs).serialize()
     bad = RewardArtifact(source=art.source, sha256=art.sha256, component_names=art.component_names,
-                         params=art.params, forward=forged, weights_vjp=art.weights_vjp)
+                         params=art.params, exported=forged)
     with pytest.raises(ArtifactError, match="not a pure reward: it calls"):
         CompiledReward.from_artifact(bad)
 
 
 def test_an_artifact_whose_module_is_corrupt_or_uses_a_forbidden_op_is_refused(compiled, monkeypatch):
-    """The caller walks every op of both exported modules: a module MLIR cannot read fails
+    """The caller walks every op of the exported module: a module MLIR cannot read fails
     on load, an op on the forbidden list (here a real StableHLO module asking for the
     replica id and a token) is named, and so is an op of a dialect not on the allow-list."""
     from jaxlib.mlir.dialects import stablehlo
@@ -186,22 +217,22 @@ def test_an_artifact_whose_module_is_corrupt_or_uses_a_forbidden_op_is_refused(c
     import jaxrace.rewards.artifact as artifact_module
 
     art = compiled.artifact
-    forward = export.deserialize(art.forward)
+    forward = export.deserialize(art.exported)
     corrupt = dataclasses.replace(forward, mlir_module_serialized=b"ML\xefR not a module").serialize()
-    with pytest.raises(ArtifactError, match="forward function does not load: ValueError"):
-        CompiledReward.from_artifact(dataclasses.replace(art, forward=corrupt))
-    ops = {name for name, _ in artifact_module._module_ops(forward, "forward")}
+    with pytest.raises(ArtifactError, match="exported reward does not load: ValueError"):
+        CompiledReward.from_artifact(dataclasses.replace(art, exported=corrupt))
+    ops = {name for name, _ in artifact_module._module_ops(forward, "exported reward")}
     assert {"func.func", "stablehlo.subtract", "stablehlo.maximum"} <= ops and not ops & artifact_module.FORBIDDEN_OPS
     forged = stablehlo.serialize_portable_artifact_str(
         "func.func public @main(%arg0: tensor<f32>) -> tensor<f32> {\n"
         "  %0 = stablehlo.replica_id : tensor<ui32>\n  %1 = stablehlo.after_all : !stablehlo.token\n"
         "  return %arg0 : tensor<f32>\n}", stablehlo.get_current_version())
-    with pytest.raises(ArtifactError, match=r"forward function is not a pure reward: it uses "
+    with pytest.raises(ArtifactError, match=r"exported reward is not a pure reward: it uses "
                                             r"\['stablehlo.after_all', 'stablehlo.replica_id'\]"):
-        artifact_module._check_exported(dataclasses.replace(forward, mlir_module_serialized=forged), "forward "
-                                        "function", 2)
+        artifact_module._check_exported(dataclasses.replace(forward, mlir_module_serialized=forged), "exported "
+                                        "reward", 3)
     monkeypatch.setattr(artifact_module, "ALLOWED_DIALECTS", frozenset({"builtin", "func"}))
-    with pytest.raises(ArtifactError, match=r"forward function is not a pure reward: it uses \[.*'stablehlo.subtract'"):
+    with pytest.raises(ArtifactError, match=r"exported reward is not a pure reward: it uses \[.*'stablehlo.subtract'"):
         CompiledReward.from_artifact(art)
 
 
@@ -233,10 +264,10 @@ def test_the_export_shortcut_gives_the_same_bytes_and_is_undone(monkeypatch):
     calls.clear()
     monkeypatch.setattr(build, "_quick_batch_checks", contextlib.nullcontext)
     plain = build.export_program(source, info, fn)
-    assert quick.forward == plain.forward and quick.weights_vjp == plain.weights_vjp
-    # jax's path evaluates b * 1 with a traced b for every one of the 57 + 59 inputs; the shortcut takes them
-    assert calls.count("DynamicJaxprTracer") >= 110
-    assert shortcut_missed < len(calls) - 110
+    assert quick.exported == plain.exported
+    # jax's path evaluates b * 1 with a traced b for every one of the 59 inputs; the shortcut takes them
+    assert calls.count("DynamicJaxprTracer") >= 59
+    assert shortcut_missed <= len(calls) - 59
 
 
 def test_the_export_shortcut_steps_aside_where_jax_lacks_its_private_names(monkeypatch):
@@ -290,9 +321,9 @@ def test_validation_compiles_with_xlas_defaults_where_an_option_is_unknown(monke
     assert float(build.compile_for_validation(lowered)(np.float32(1.5))) == 3.0
 
 
-def test_a_build_runs_the_program_once_for_the_export_of_its_forward_and_vjp():
+def test_a_build_runs_the_program_once_for_the_export_of_the_reward_and_its_vjp():
     """One trace (`build.trace_forward`) gives the component names and the jaxpr that the
-    VJP replays: exporting both must not run the program again. (Trusted library source,
+    export replays under the VJP: exporting must not run the program again. (Trusted library source,
     in this process.)"""
     from jaxrace.rewards import build
     from jaxrace.rewards.library import LIBRARY
@@ -312,7 +343,7 @@ def test_a_build_runs_the_program_once_for_the_export_of_its_forward_and_vjp():
                              "near_miss", "push")  # the program's order, not sorted
     artifact = build.export_program(source, info, counted, forward)
     assert calls == [1]
-    assert artifact.forward == build.export_program(source, info, program).forward
+    assert artifact.exported == build.export_program(source, info, program).exported
     assert artifact.component_names == forward.names
     again = build.trace_forward(source, info, build.execute_program(source, info))
     assert again.text == forward.text and again.names == forward.names and "f32[b,10]" in forward.text
@@ -351,16 +382,17 @@ def test_exported_functions_whose_inputs_do_not_match_the_header_are_refused(com
     art = compiled.artifact
     dtypes = [np.dtype(d) for _, d in art.layout["RaceView"] + art.layout["Action"] + art.layout["RaceView"]]
 
-    def three_weights(weights, *fields):
-        return fields[0] * weights[:, 0], jnp.zeros(fields[0].shape + (2,), jnp.float32)
+    def three_weights(weights, *args):
+        return args[0] * weights[:, 0], jnp.zeros(args[0].shape + (2,), jnp.float32), jnp.zeros_like(weights)
 
-    specs = [jax.ShapeDtypeStruct((b, 3), jnp.float32)] + [jax.ShapeDtypeStruct((b,), d) for d in dtypes]
+    specs = [jax.ShapeDtypeStruct((b, 3), jnp.float32)] + [jax.ShapeDtypeStruct((b,), d) for d in dtypes] + [
+        jax.ShapeDtypeStruct((b,), jnp.float32), jax.ShapeDtypeStruct((b, 2), jnp.float32)]
     forged = export.export(jax.jit(three_weights), platforms=("cpu",))(*specs).serialize()
-    with pytest.raises(ArtifactError, match=r"forward function takes 57 inputs .*\('b', '3'\).* of a reward with 2 "
+    with pytest.raises(ArtifactError, match=r"exported reward takes 59 inputs .*\('b', '3'\).* of a reward with 2 "
                                             r"PARAMS"):
-        CompiledReward.from_artifact(dataclasses.replace(art, forward=forged))
+        CompiledReward.from_artifact(dataclasses.replace(art, exported=forged))
     header = json.loads(zipfile.ZipFile(io.BytesIO(art.to_bytes())).read("header.json"))
-    for version in (True, "1", 2):
+    for version in (True, "2", 0, 3):
         header["version"] = version
         with pytest.raises(ArtifactError, match="unsupported artifact format"):
             RewardArtifact.from_bytes(_rezip(art.to_bytes(), **{"header.json": json.dumps(header)}))
