@@ -6,7 +6,10 @@ EPYC without AVX-512, 2026-11-27), so each pin is kept per class of CPU. Within 
 instruction set matters too: a 2-core AMD EPYC whose AVX-512 has VBMI (and VNNI, BF16, the
 Zen 4 set) gave the random-starts pin's outputs different bits from the first AVX-512 machine
 and the other pins the same bits (2026-11-28), so a pin may name that finer class, and where
-it does not the coarser one applies.
+it does not the coarser one applies. A 2-core AMD EPYC of the next generation (Zen 5: CPU
+family 26, the same AVX-512 set with VP2INTERSECT) gave the random-starts pin the first AVX-512
+machine's bits again and the other pins theirs too (2026-12-02), so it is a class of its own
+("zen5"), before "avx512vbmi".
 
 The suite compiles with its own options (tests/conftest.py, TEST_XLA_OPTIONS), which give other
 bits; a pin holds what a user's process computes. jaxrace's own programs carry their compile
@@ -37,15 +40,19 @@ def digest(tree) -> str:
 
 
 def cpu_classes() -> tuple[str, ...]:
-    """This CPU's classes, the finest first: ("avx512vbmi", "avx512"), ("avx512",), ("avx2",) or ("other",),
-    after the vector instructions XLA:CPU compiles for here."""
+    """This CPU's classes, the finest first: ("zen5", "avx512vbmi", "avx512"), ("avx512vbmi", "avx512"),
+    ("avx512",), ("avx2",) or ("other",), after the vector instructions XLA:CPU compiles for here
+    (and, for AMD's Zen 5, the CPU generation LLVM tunes for)."""
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as f:
             flags = f.read()
     except OSError:
         return ("other",)
     if re.search(r"\bavx512f\b", flags):
-        return ("avx512vbmi", "avx512") if re.search(r"\bavx512vbmi\b", flags) else ("avx512",)
+        if not re.search(r"\bavx512vbmi\b", flags):
+            return ("avx512",)
+        zen5 = "AuthenticAMD" in flags and re.search(r"^cpu family\s*:\s*26$", flags, re.MULTILINE)
+        return ("zen5", "avx512vbmi", "avx512") if zen5 else ("avx512vbmi", "avx512")
     return ("avx2",) if re.search(r"\bavx2\b", flags) else ("other",)
 
 

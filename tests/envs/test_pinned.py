@@ -25,7 +25,7 @@ from jaxrace.envs import per_env_params
 ROLLOUT_DIGEST = {"avx512": "cc41659be2f2acc59ababc62", "avx2": "25e50e2a6f7dfbab61074d72"}
 PIXELS_DIGEST = {"avx512": "7330ac395ff6536b2253ec5a", "avx2": "8aced5b11b18789bb9f4c194"}
 RANDOM_STARTS_DIGEST = {"avx512": "608122b3b97074541f8ea482", "avx512vbmi": "ac4fd2ae01cce5ca54dafea2",
-                        "avx2": "99ed9425ba339dfa14558afc"}
+                        "zen5": "608122b3b97074541f8ea482", "avx2": "99ed9425ba339dfa14558afc"}
 
 
 def scripted_rollout(env, params, reset_key: int, step_key: int, steps: int, steer: float, freq: float,
