@@ -111,7 +111,7 @@ class RewardArtifact:
                 if sizes > 4 * MAX_ARTIFACT_BYTES:
                     raise ArtifactError(f"reward artifact unpacks to {sizes} bytes")
                 header = json.loads(z.read("header.json"))
-                version = header.get("version") if isinstance(header, dict) else None
+                version = header.get("version")  # a header that is not an object: AttributeError, below
                 if header.get("format") != FORMAT or type(version) is not int or version not in READABLE_VERSIONS:
                     raise ArtifactError(f"unsupported artifact format {header.get('format')!r} version "
                                         f"{version!r}; this jaxrace reads {FORMAT} versions {READABLE_VERSIONS}")
