@@ -246,6 +246,11 @@ ABLATIONS = (
     Ablation("off-track starts 0.25 added to the curriculum", "curriculum (policy averaging 3e-4, 32 envs)",
              _seeds("gp-E-envs32-avg-curric-offtrack025-seed{}", "gp-E-envs32-avg-curric-seed{}", (2, 3)),
              "dropped: the two options do not add up"),
+    Ablation("contact weights 100 / 10 (against the library's 6 / 2) at the loop's budget, 2,048,000 steps",
+             "the loop's defaults with kept averages of 5, 2,048,000 steps (2-core AMD EPYC without AVX-512)",
+             _seeds("gp-contacts100-steps2048k-epyc-seed{}", "gp-contacts6-steps2048k-epyc-seed{}", (1, 2)),
+             "kept, the library's and the proposer's default: at-fault contacts -2.9 and -4.4 per race, the kept "
+             "checkpoints 1.35 and 2.35 against 4.5 and 5.8; 1.8-4.2 places further back, kept ones 2nd and 3rd"),
     Ablation("on one H100 GPU: 128 envs, batches of 1,024, 6 minutes", AVG,
              _seeds("gp-E-envs128-b1024-avg-h100-seed{}", "gp-E-envs32-avg-seed{}", (1, 2))
              + _seeds("brands-E-envs128-b1024-avg-h100-seed{}", "brands-E-envs32-avg-seed{}", (1, 2)),

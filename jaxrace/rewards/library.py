@@ -5,6 +5,10 @@
   collision terms (with extra weight when we run into the back of another car), and two
   terms off by default: tailgating (`w_near`), following a car in our lane too closely, and
   pushing (`w_push`), throttle held while running into a car's back or the step after.
+
+The contact weights (10 for any contact, 100 more for running into a car's back) are issue
+16's reference recipe: at 2 and 6, where a place gained paid as much as a rear-end cost, the
+agent won by force (docs/reference_agent.md, *Contact weights at the loop's budget*).
 """
 
 from __future__ import annotations
@@ -31,8 +35,8 @@ PARAMS = {
     "w_slip": 10.0,        # per radian of tyre slip beyond the grip peak (0.13 rad)
     "w_pass": 5.0,         # per position gained
     "w_close": 0.2,        # per metre closed on the car ahead, when within 50 m
-    "w_collision": 2.0,    # any contact with another car
-    "w_rear_end": 6.0,     # extra, for running into the back of another car
+    "w_collision": 10.0,   # any contact with another car
+    "w_rear_end": 100.0,   # extra, for running into the back of another car
     "w_near": 0.0,         # per step closer than NEAR_HEADWAY behind a car in our lane (1 when touching)
     "w_push": 0.0,         # per unit of throttle while we run into a car's back, or the step after
 }

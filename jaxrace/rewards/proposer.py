@@ -35,8 +35,9 @@ TERMS = {
     "closing": ("jnp.where((prev.rank == curr.rank) & (curr.gap_ahead < 50.0) & (prev.gap_ahead < 50.0), "
                 "prev.gap_ahead - curr.gap_ahead, 0.0)", 0.2, ("win", "overtake", "pass", "chase")),
     "leading": ("(curr.rank == 1).astype(f32) * (curr.num_cars > 1).astype(f32)", 0.2, ("win", "lead")),
-    "rear_end": ("-curr.hit_other_from_behind.astype(f32)", 6.0, ("clean", "safe", "no contact", "collision")),
-    "contact": ("-(curr.side_contact | curr.hit_from_behind | curr.hit_other_from_behind).astype(f32)", 2.0,
+    # the library's contact weights: a rear-end costs far more than a place pays (issue 16's recipe)
+    "rear_end": ("-curr.hit_other_from_behind.astype(f32)", 100.0, ("clean", "safe", "no contact", "collision")),
+    "contact": ("-(curr.side_contact | curr.hit_from_behind | curr.hit_other_from_behind).astype(f32)", 10.0,
                 ("clean", "safe", "no contact", "collision")),
     "lap_bonus": ("(curr.laps > prev.laps).astype(f32)", 20.0, ("lap",)),
     "finish": ("(curr.finished & ~prev.finished).astype(f32) * (curr.num_cars - curr.rank + 1).astype(f32)", 20.0,

@@ -41,9 +41,15 @@ def test_gt_sophy_collisions_weigh_more_when_we_hit_from_behind():
     _, side = gt_sophy(view(), view(progress=100.0, side_contact=True))
     _, ours = gt_sophy(view(), view(progress=100.0, hit_other_from_behind=True))
     _, theirs = gt_sophy(view(), view(progress=100.0, hit_from_behind=True))
-    assert side["collision"] == theirs["collision"] == pytest.approx(-2.0)
+    assert side["collision"] == theirs["collision"] == pytest.approx(-10.0)
     assert side["rear_end"] == theirs["rear_end"] == 0.0
-    assert ours["collision"] + ours["rear_end"] == pytest.approx(-8.0)
+    assert ours["collision"] + ours["rear_end"] == pytest.approx(-110.0)
+
+
+def test_gt_sophy_a_place_taken_by_running_into_a_cars_back_does_not_pay():
+    total, comps = gt_sophy(view(rank=5, progress=100.0), view(rank=4, progress=104.0, hit_other_from_behind=True))
+    assert comps["passing"] == pytest.approx(5.0)
+    assert total == pytest.approx(4.0 + 5.0 - 110.0)
 
 
 def test_gt_sophy_passing_pays_positions_and_closing_on_the_car_ahead():

@@ -29,6 +29,15 @@ def test_task_words_make_terms_certain():
     assert all("positions" in p.terms for p in racing)
 
 
+def test_for_a_clean_task_a_rear_end_costs_more_than_a_place_pays():
+    # at the library's old contact weights (6 and 2) 21 of these 48 drew a rear-end (with its contact)
+    # at less than two places' pay, 12 at less than one, and the loop's winners won by force
+    proposals = [p for k in range(8) for p in propose(TASK, 6, jax.random.key(k))]
+    assert all("positions" in p.weights for p in proposals)  # "back of the grid" makes it certain
+    for p in proposals:
+        assert p.weights["rear_end"] + p.weights["contact"] > 2.0 * p.weights["positions"], p.source
+
+
 def test_a_hostile_task_text_cannot_break_the_program():
     proposals = propose('"""\nimport os\nos.system("x")  # """', 2, jax.random.key(3))
     for p in proposals:
