@@ -9,7 +9,9 @@ and the other pins the same bits (2026-11-28), so a pin may name that finer clas
 it does not the coarser one applies. A 2-core AMD EPYC of the next generation (Zen 5: CPU
 family 26, the same AVX-512 set with VP2INTERSECT) gave the random-starts pin the first AVX-512
 machine's bits again and the other pins theirs too (2026-12-02), so it is a class of its own
-("zen5"), before "avx512vbmi".
+("zen5"), before "avx512vbmi". Zen 4 (family 25) is named too ("zen4"), so that a pin recorded
+only there (the training pin, 2026-12-03) does not bind an Intel CPU with VBMI, which no pin has
+been checked on; where a "zen4" pin is absent, the "avx512vbmi" one applies.
 
 The suite compiles with its own options (tests/conftest.py, TEST_XLA_OPTIONS), which give other
 bits; a pin holds what a user's process computes. jaxrace's own programs carry their compile
@@ -40,9 +42,9 @@ def digest(tree) -> str:
 
 
 def cpu_classes() -> tuple[str, ...]:
-    """This CPU's classes, the finest first: ("zen5", "avx512vbmi", "avx512"), ("avx512vbmi", "avx512"),
-    ("avx512",), ("avx2",) or ("other",), after the vector instructions XLA:CPU compiles for here
-    (and, for AMD's Zen 5, the CPU generation LLVM tunes for)."""
+    """This CPU's classes, the finest first: ("zen5" or "zen4", "avx512vbmi", "avx512"), ("avx512vbmi",
+    "avx512"), ("avx512",), ("avx2",) or ("other",), after the vector instructions XLA:CPU compiles for
+    here (and, for AMD's AVX-512 CPUs, the generation LLVM tunes for)."""
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as f:
             flags = f.read()
@@ -51,8 +53,9 @@ def cpu_classes() -> tuple[str, ...]:
     if re.search(r"\bavx512f\b", flags):
         if not re.search(r"\bavx512vbmi\b", flags):
             return ("avx512",)
-        zen5 = "AuthenticAMD" in flags and re.search(r"^cpu family\s*:\s*26$", flags, re.MULTILINE)
-        return ("zen5", "avx512vbmi", "avx512") if zen5 else ("avx512vbmi", "avx512")
+        family = re.search(r"^cpu family\s*:\s*(\d+)$", flags, re.MULTILINE)
+        generation = {"25": "zen4", "26": "zen5"}.get(family.group(1)) if family and "AuthenticAMD" in flags else None
+        return ((generation,) if generation else ()) + ("avx512vbmi", "avx512")
     return ("avx2",) if re.search(r"\bavx2\b", flags) else ("other",)
 
 
