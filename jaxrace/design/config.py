@@ -16,7 +16,8 @@ OPERATIONAL = ("judge_host", "judge_port", "judge_timeout_s")
 # ran with, and that value. Such a run resumes with that value, not the command's (its networks' input
 # sizes, or its final job's checkpoints, depend on it), so a command with the new value is refused with
 # the field named.
-PREDATED_VALUES = {"lane_headway": False, "offtrack_start_prob": 0.0, "keep_best_average": 1}
+PREDATED_VALUES = {"lane_headway": False, "offtrack_start_prob": 0.0, "keep_best_average": 1,
+                   "clip_finish": False, "judge_standing": False}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -116,10 +117,17 @@ class DesignConfig:
     keep_best_average: int = 1
     clip_seconds: float = 10.0
     clips_per_race: int = 2
+    # the second clip of every race ends clip_finish_after_s past the first finish of its runs (or at the
+    # race's end): the judge sees who finished where, not only the start and the busiest moments
+    clip_finish: bool = True
+    clip_finish_after_s: float = 2.0
     videos_per_candidate: int = 1
     judge_beta: float = float("inf")
     judge_mistake: float = 0.0
     judge_equal_within: float = 0.05
+    # the scripted judge also scores where the car stands on the grid at a clip's end, for a task about
+    # places (TaskScoring.standing), as a person reads the video's P
+    judge_standing: bool = True
     # the VLM judge: its endpoint and model (default: the LLM's), frames per clip
     judge_base_url: str = ""
     judge_model: str = ""
@@ -149,7 +157,7 @@ class DesignConfig:
         problems += [f"{k} must be at least 1 (got {getattr(self, k)})" for k in positive if getattr(self, k) < 1]
         nonneg = ("warmup_epochs", "opponents", "videos_per_candidate", "tac_min_preferences", "bootstrap_races",
                   "judge_equal_within", "llm_repairs", "llm_token_budget", "llm_call_budget", "judge_budget",
-                  "judge_port", "judge_timeout_s", "traffic_start_gap", "keep_best_every")
+                  "judge_port", "judge_timeout_s", "traffic_start_gap", "keep_best_every", "clip_finish_after_s")
         problems += [f"{k} must be at least 0 (got {getattr(self, k)})" for k in nonneg if getattr(self, k) < 0]
         if self.n > self.m:
             problems.append(f"n (trained per iteration, {self.n}) cannot exceed m (generated, {self.m})")

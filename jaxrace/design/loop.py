@@ -271,7 +271,10 @@ class Loop:
                 self._human = HumanJudge(self.store, host=c.judge_host, port=c.judge_port,
                                          timeout_s=c.judge_timeout_s, notify=notify)
             return self._human
-        return ScriptedJudge(scoring=TaskScoring.from_task(c.task), beta=c.judge_beta, mistake=c.judge_mistake,
+        scoring = TaskScoring.from_task(c.task)
+        if not c.judge_standing:
+            scoring = dataclasses.replace(scoring, standing=0.0)
+        return ScriptedJudge(scoring=scoring, beta=c.judge_beta, mistake=c.judge_mistake,
                              equal_within=c.judge_equal_within, seed=c.seed)
 
     # -- the loop --------------------------------------------------------------------------------------
@@ -618,7 +621,8 @@ class Loop:
         from jaxrace.rewards.clips import cut_clip
 
         c, e = self.config, self.envs
-        judge = ScriptedJudge(scoring=TaskScoring.from_task(c.task))
+        # a whole race's standing at its end is the places it gained, which the steps already count
+        judge = ScriptedJudge(scoring=dataclasses.replace(TaskScoring.from_task(c.task), standing=0.0))
         k_field, k_race = jax.random.split(stage_key(c, "final/select"))
         fields = e.race_fields(k_field, c.select_races)
         per_race = (0, 0, 0, None, None)
@@ -737,7 +741,7 @@ class Loop:
         when not `same_race`); `runs` are the labels the ids are keyed by.
         """
         from jaxrace.judges import clip_facts
-        from jaxrace.rewards.clips import cut_clip, interesting_starts, race_events
+        from jaxrace.rewards.clips import cut_clip, finish_window_end, interesting_starts, race_events
         from jaxrace.rewards.preferences import save_clip_arrays
 
         c, e = self.config, self.envs
@@ -748,9 +752,14 @@ class Loop:
         races = views.progress.shape[1]
         length = e.clip_steps
         slots = c.clips_per_race
-        # per race, the same starts for every run in it: the grid start, then the busiest moments of all runs
+        # per race, the same starts for every run in it: the grid start, the first finish of its runs (with
+        # clip_finish), then the busiest moments of all runs
         events = race_events(views).sum(axis=0)  # [races, steps]
-        starts = [interesting_starts(events[i], length, slots) for i in range(races)]
+        after = round(c.clip_finish_after_s / e.race_env.static.dt) if c.clip_finish else 0
+        finished = np.asarray(views.finished, bool)
+        starts = [interesting_starts(events[i], length, slots,
+                                     finish_window_end(finished[:, i], after) if c.clip_finish else None)
+                  for i in range(races)]
         done = views.finished[..., 1:] & ~views.finished[..., :-1]
         from jaxrace.rewards.api import Action
 

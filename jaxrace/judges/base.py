@@ -22,11 +22,12 @@ class ClipFacts:
     hit_from_behind: int  # onsets of being run into (not the ego car's fault)
     course_outs: int  # onsets
     wall_hits: int  # onsets
+    standing: int = 0  # places up on the grid at the clip's end (start rank - rank), as the video's P shows
 
     def describe(self) -> str:
         return (f"{self.progress:.0f} m, {self.positions_gained:+d} places, {self.at_fault_contacts} at-fault "
                 f"contacts, {self.side_contacts} side contacts, {self.course_outs} course-outs, "
-                f"{self.wall_hits} wall hits")
+                f"{self.wall_hits} wall hits, {self.standing:+d} on the grid at the end")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,8 +79,16 @@ def step_facts(clip: Clip) -> dict[str, np.ndarray]:
     }
 
 
+def standing(clip: Clip) -> int:
+    """Places up on the grid at the clip's last valid view (start rank - rank; the view before
+    the first padded transition)."""
+    valid = np.asarray(clip.valid, bool)
+    last = int(np.sum(np.cumprod(valid)))  # views 0..last are of the episode
+    return int(np.asarray(clip.views.start_rank)[last] - np.asarray(clip.views.rank)[last])
+
+
 def clip_facts(clip: Clip) -> ClipFacts:
-    """The sums of `step_facts` over one clip."""
+    """The sums of `step_facts` over one clip, and its `standing` at the end."""
     facts = step_facts(clip)
     return ClipFacts(steps=int(np.sum(clip.valid)), progress=float(np.sum(facts["progress"])),
-                     **{k: int(np.sum(v)) for k, v in facts.items() if k != "progress"})
+                     **{k: int(np.sum(v)) for k, v in facts.items() if k != "progress"}, standing=standing(clip))

@@ -1,8 +1,9 @@
 """The scripted judge: prefers the clip that scores higher on the task, with B-Pref's noise.
 
 Host-side. A clip's score is a weighted sum of per-step facts (metres of progress, places
-gained, at-fault and side contacts, course-outs, wall hits), the weights read from the
-task's words (`TaskScoring.from_task`). The noise models are those of B-Pref (Lee et al.,
+gained, at-fault and side contacts, course-outs, wall hits) and of where the car stands on
+the grid at the clip's end (places up from its start, as the video's P shows), the weights
+read from the task's words (`TaskScoring.from_task`). The noise models are those of B-Pref (Lee et al.,
 2021), a teacher that is:
 - myopic: step t of T counts `myopic ** (T - 1 - t)` (1.0: every step the same);
 - skipping: both clips score below `skip_below` -> skip (None: never);
@@ -21,7 +22,7 @@ import math
 
 import numpy as np
 
-from jaxrace.judges.base import Pair, Verdict, clip_facts, step_facts
+from jaxrace.judges.base import Pair, Verdict, clip_facts, standing, step_facts
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,6 +36,7 @@ class TaskScoring:
     hit_from_behind: float = 0.0
     course_outs: float = -1.0
     wall_hits: float = -1.0
+    standing: float = 0.0  # per place up on the grid at the clip's end (not discounted)
 
     @classmethod
     def from_task(cls, task: str) -> TaskScoring:
@@ -44,7 +46,7 @@ class TaskScoring:
         if any(w in t for w in ("clean", "no contact", "collision", "safe", "fair")):
             out = dataclasses.replace(out, at_fault_contacts=-3.0, side_contacts=-1.0)
         if any(w in t for w in ("win", "overtake", "pass", "position", "back of the grid")):
-            out = dataclasses.replace(out, positions_gained=2.0)
+            out = dataclasses.replace(out, positions_gained=2.0, standing=1.0)
         if any(w in t for w in ("track limits", "on track", "clean", "stay")):
             out = dataclasses.replace(out, course_outs=-2.0, wall_hits=-2.0)
         if any(w in t for w in ("fast", "lap time", "pace", "quick")):
@@ -83,7 +85,8 @@ class ScriptedJudge:
         t = len(facts["progress"])
         discount = self.myopic ** np.arange(t - 1, -1, -1, dtype=np.float64)
         weights = dataclasses.asdict(self.scoring)
-        return float(sum(weights[k] * np.sum(discount * np.asarray(v, np.float64)) for k, v in facts.items()))
+        steps = sum(weights[k] * np.sum(discount * np.asarray(v, np.float64)) for k, v in facts.items())
+        return float(steps + (self.scoring.standing * standing(clip) if self.scoring.standing else 0.0))
 
     def judge(self, pair: Pair) -> Verdict:
         s1, s2 = self.score(pair.first), self.score(pair.second)

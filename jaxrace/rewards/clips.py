@@ -67,12 +67,14 @@ def race_events(views: RaceView) -> np.ndarray:
     return np.where(np.asarray(views.finished, bool)[..., :-1], 0.0, events)
 
 
-def interesting_starts(events: np.ndarray, length: int, slots: int) -> list[int]:
+def interesting_starts(events: np.ndarray, length: int, slots: int, finish_end: int | None = None) -> list[int]:
     """Start steps of `slots` clips of `length` steps from a race with per-step `events` f32[S] (host-side).
 
-    The first clip is the start of the race; each next one is the window with the most
-    events that overlaps no clip chosen so far. Slots left over (a quiet race, or no room)
-    go where they are farthest from the clips chosen. Returned in time order.
+    The first clip is the start of the race. With `finish_end` (a step) and two slots or more, the
+    second is the window that ends there: the finish, seen by every run of the race at once. Each
+    next one is the window with the most events that overlaps no clip chosen so far. Slots left
+    over (a quiet race, or no room) go where they are farthest from the clips chosen. Returned in
+    time order.
     """
     steps = events.shape[0]
     if length > steps:
@@ -80,6 +82,8 @@ def interesting_starts(events: np.ndarray, length: int, slots: int) -> list[int]
     last = steps - length
     window = np.convolve(np.asarray(events, np.float64), np.ones(length), mode="valid")  # [last + 1]
     chosen = [0]
+    if finish_end is not None and slots >= 2:
+        chosen.append(int(np.clip(finish_end - length, 0, last)))
     while len(chosen) < slots:
         free = np.ones(last + 1, bool)
         for c in chosen:
@@ -94,3 +98,17 @@ def interesting_starts(events: np.ndarray, length: int, slots: int) -> list[int]
         distance = np.min(np.abs(candidates[:, None] - np.asarray(chosen)[None, :]), axis=1)
         chosen.append(int(np.argmax(distance)))  # no room left: the same start again
     return sorted(chosen)
+
+
+def finish_window_end(finished: np.ndarray, after: int) -> int:
+    """The step a race's finish clip ends at (host-side): `after` steps past the first finish of
+    any run, or the race's last step when none finished.
+
+    finished: bool[R, S + 1], the ego car of each run has finished, before every step and after the last.
+    """
+    finished = np.asarray(finished, bool)
+    steps = finished.shape[-1] - 1
+    crossed = np.any(finished, axis=0)
+    if not crossed.any():
+        return steps
+    return min(int(np.argmax(crossed)) + after, steps)

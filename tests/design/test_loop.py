@@ -142,6 +142,25 @@ def test_the_store_holds_every_clip_and_verdict(finished):
     assert db.execute("SELECT COUNT(*) FROM feedback").fetchone()[0] == 2
 
 
+def test_the_second_clip_of_a_race_is_its_finish(finished):
+    import numpy as np
+
+    from jaxrace.rewards.preferences import PreferenceStore
+
+    store = PreferenceStore(finished / "preferences.sqlite")
+    after = 20  # clip_finish_after_s 2.0 at 0.1 s per step
+    for k in (1, 2):
+        rows = [r for r in store.clips() if r.iteration == k]
+        finish = [r for r in rows if r.key.endswith("/slot1")]
+        assert len(finish) == 3 and len({r.start for r in finish}) == 1  # one window for every run of the race
+        crossed = np.asarray(store.load_clips(finish).views.finished, bool)  # [runs, T + 1]
+        if crossed.any():  # the window ends `after` steps past the first run's finish
+            assert int(np.argmax(crossed.any(axis=0))) == finish[0].length - after
+        else:  # nobody finished: the race's last window, after every other clip
+            assert finish[0].start > max(r.start for r in rows if not r.key.endswith("/slot1"))
+    store.close()
+
+
 def test_the_report_has_every_section_and_rebuilds(setup, finished):
     _, _, env = setup
     text = (finished / "report.html").read_text()

@@ -39,7 +39,8 @@ def test_facts_count_onsets_and_ignore_padding():
 
 
 def test_exact_labels_from_the_task_scoring():
-    judge = ScriptedJudge(scoring=TaskScoring.from_task("win the race cleanly"))
+    # the per-step facts alone (the standing at a clip's end: the next test)
+    judge = ScriptedJudge(scoring=dataclasses.replace(TaskScoring.from_task("win the race cleanly"), standing=0.0))
     fast = make_clip(progress=np.linspace(0, 200, T + 1))
     slow = make_clip(progress=np.linspace(0, 100, T + 1))
     assert judge.judge(Pair("a", fast, slow)).label == "first"
@@ -53,7 +54,26 @@ def test_exact_labels_from_the_task_scoring():
     assert verdict.label == "second"
     assert "1 at-fault contacts" in verdict.rationale and "score 1.00" in verdict.rationale
     # Without "clean" in the task the same contact costs 1 point and the pass wins.
-    assert ScriptedJudge(scoring=TaskScoring.from_task("win")).judge(Pair("d", dirty, steady)).label == "first"
+    assert ScriptedJudge(scoring=dataclasses.replace(TaskScoring.from_task("win"), standing=0.0)).judge(
+        Pair("d", dirty, steady)).label == "first"
+
+
+def test_standing_at_the_clip_end_counts_for_a_task_about_places():
+    # the grid start is P8 (DEFAULT_VIEW); the rank in padding after the episode ended does not count
+    ahead = make_clip(rank=[3] * 6 + [1] * 5, valid=[True] * 5 + [False] * 5)
+    behind = make_clip(rank=np.full(T + 1, 7))
+    assert clip_facts(ahead).standing == 5 and clip_facts(behind).standing == 1
+    assert "+5 on the grid at the end" in clip_facts(ahead).describe()
+    win = ScriptedJudge(scoring=TaskScoring.from_task("win the race cleanly from the back of the grid"))
+    assert win.scoring.standing == 1.0
+    # the same 100 m and no events: 5 places up against 1, at a point each
+    ahead_full = make_clip(rank=np.full(T + 1, 3))
+    assert win.score(ahead_full) - win.score(behind) == pytest.approx(4.0)
+    assert win.judge(Pair("p", behind, ahead_full)).label == "second"
+    # a task that says nothing of places does not look at them
+    fast = ScriptedJudge(scoring=TaskScoring.from_task("drive a fast lap"), equal_within=0.01)
+    assert fast.scoring.standing == 0.0
+    assert fast.judge(Pair("q", behind, ahead_full)).label == "tie"
 
 
 def test_equal_skip_and_myopic_rules():

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from jaxrace.rewards import synthetic
-from jaxrace.rewards.clips import interesting_starts, race_events
+from jaxrace.rewards.clips import finish_window_end, interesting_starts, race_events
 
 
 def test_the_start_then_the_busiest_windows_that_do_not_overlap():
@@ -27,6 +27,26 @@ def test_the_start_then_the_busiest_windows_that_do_not_overlap():
     assert interesting_starts(np.zeros(10), 10, 2) == [0, 0]  # no room: the one window twice
     with pytest.raises(ValueError, match="does not fit a race of 10"):
         interesting_starts(np.zeros(10), 11, 1)
+
+
+def test_the_finish_window_is_the_second_clip_and_the_busiest_fill_the_rest():
+    events = np.zeros(100, np.float32)
+    events[[40, 42, 44]] = 1.0
+    events[80] = 2.0
+    # the finish clip ends at step 97: start 87; the busiest window left is the one at 35
+    assert interesting_starts(events, 10, 3, finish_end=97) == [0, 35, 87]
+    assert interesting_starts(events, 10, 2, finish_end=97) == [0, 87]
+    assert interesting_starts(events, 10, 1, finish_end=97) == [0]  # the start comes first
+    assert interesting_starts(events, 10, 2, finish_end=5) == [0, 0]  # clamped into the race
+
+
+def test_the_finish_window_ends_past_the_first_finish_of_any_run():
+    finished = np.zeros((3, 101), bool)
+    assert finish_window_end(finished, 20) == 100  # nobody finished: the race's end
+    finished[1, 70:] = True  # run 1 crossed the line at transition 69 (view 70)
+    finished[2, 60:] = True  # run 2 before it
+    assert finish_window_end(finished, 20) == 80
+    assert finish_window_end(finished, 50) == 100  # not past the race's end
 
 
 def test_events_count_place_changes_and_onsets_while_racing():
