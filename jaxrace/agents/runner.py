@@ -20,13 +20,14 @@ import functools
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from jaxrace.agents.checkpoint import Checkpointer
 from jaxrace.agents.config import HParams
 from jaxrace.agents.distributed import to_host
-from jaxrace.agents.trainer import Learner, Metrics, Trainer
+from jaxrace.agents.trainer import Learner, Metrics, Trainer, TrainState
 from jaxrace.envs.parallel import env_sharding, shard_envs
 from jaxrace.jit import jit
 
@@ -208,10 +209,42 @@ def check_job_fits(learner: Learner, keys, hparams, devices) -> None:
             "(experiments/train_memory.py sizes a job)")
 
 
+def warm_start(state: TrainState, start_from: dict) -> TrainState:
+    """`state` (leading run axis R) with its networks and temperature replaced by `start_from`'s
+    ("actor", "critic", "log_alpha"; see `train_many`), placed as the state's own arrays are, so
+    the first chunk compiles no program of its own. The target critic starts as the critic, and
+    the actor's moving average (when kept) as the actor."""
+    missing = {"actor", "critic", "log_alpha"} - set(start_from)
+    if missing:
+        raise ValueError(f"start_from lacks {sorted(missing)}: it needs 'actor', 'critic' and 'log_alpha'")
+    new = {"actor": start_from["actor"], "critic": start_from["critic"], "target_critic": start_from["critic"],
+           "log_alpha": start_from["log_alpha"]}
+    if state.average_actor is not None:
+        new["average_actor"] = start_from["actor"]
+
+    def placed(path, like, value):
+        value = np.asarray(value)
+        if value.shape != like.shape:
+            raise ValueError(f"start_from{jax.tree_util.keystr(path)} has shape {value.shape}; this job's "
+                             f"networks need {like.shape} (the same network config and {like.shape[0]} runs)")
+        value = value.astype(like.dtype)
+        return jax.make_array_from_callback(like.shape, like.sharding, lambda index: value[index])
+
+    replaced = {}
+    for name, value in new.items():
+        like = getattr(state, name)
+        if jax.tree.structure(like) != jax.tree.structure(value):
+            raise ValueError(f"start_from's {name!r} is not this job's network: {jax.tree.structure(value)} "
+                             f"against {jax.tree.structure(like)}")
+        replaced[name] = jax.tree_util.tree_map_with_path(
+            lambda path, x, v, n=name: placed((jax.tree_util.DictKey(n), *path), x, v), like, value)
+    return state.replace(**replaced)
+
+
 def train_many(trainer: Trainer, key: jax.Array, reward_indices, seeds_per_reward: int = 1,
                hparams: HParams | None = None, chunk_epochs: int | None = None, progress=None,
                checkpoint: str | None = None, fused: bool = False, checkpoint_async: bool = False,
-               devices=None, keep=None):
+               devices=None, keep=None, start_from: dict | None = None):
     """Trains every (reward index, seed) pair as one vmapped, jitted job.
 
     Args:
@@ -239,6 +272,10 @@ def train_many(trainer: Trainer, key: jax.Array, reward_indices, seeds_per_rewar
         keep: a `jaxrace.agents.selection.KeepBest`: after every chunk it judges the runs'
             actors and keeps each run's best (its state is in the checkpoints too, so a
             resumed job keeps what it had chosen); read `keep.actor` after the job.
+        start_from: networks to start from instead of fresh ones (`warm_start`): "actor" and
+            "critic" as a job saves them (each leaf with a leading axis of R runs) and
+            "log_alpha" f32[R]. Optimisers, replay, envs and keys start fresh; a resumed
+            job takes its networks from the checkpoint.
 
     A chunk is reported to `progress` once its checkpoint is on disk: a job killed after
     a report resumes after that chunk.
@@ -270,6 +307,8 @@ def train_many(trainer: Trainer, key: jax.Array, reward_indices, seeds_per_rewar
         check_job_fits(trainer.learner, keys, hparams.replace(reward_params=None), run_sharding.mesh.devices.flatten())
     keys, hparams, reward_index = shard_envs((keys, hparams, reward_index), run_sharding, strict=False)
     state = committed(_init_runs(trainer.learner, keys, hparams.replace(reward_params=None), sharding=split))
+    if start_from is not None:
+        state = warm_start(state, start_from)
     if keep is not None:
         keep.start(state.policy_actor, updates=len(range(0, epochs, chunk)))
     if fused and trainer.config.host_updates:

@@ -97,6 +97,10 @@ class DesignConfig:
     epochs: int = 150
     chunk_epochs: int = 50
     final_epochs: int = 300
+    # iterations after the first train their candidates on from the best candidate's agents so far
+    # (networks and temperature; each seed from that seed's), not from scratch, so that a search budget
+    # too short to learn to race still shows the judge racing; the final job starts from scratch
+    warm_start: bool = False
     reward_scale: float = 0.1
     n_step: int = 5
     # policy averaging (TrainConfig.actor_average): races, selection and the saved agents use a moving

@@ -8,6 +8,7 @@ Stages, each writing its files to the run directory before it is marked finished
     iter{k}/generate          M programs (the previous best carried over), compiled in the sandbox
     iter{k}/select            TAC over the stored preferences keeps N (all while too few are stored)
     iter{k}/train             the N x seeds runs in one batched job, checkpointed per chunk
+                              (warm_start: from the best agent so far, after the first)
     iter{k}/race              evaluation races, component statistics, clips, videos
     iter{k}/judge             pairs of clips across candidates, judged and stored
     iter{k}/rank              Bradley-Terry, the best candidate, feedback for the next iteration
@@ -592,11 +593,12 @@ class Loop:
         trainer = self._trainer(k, self._bank(folder, names))
         shutil.rmtree(self.run.file(f"{self._dir(k)}/train/job.ckpt.deleting"), ignore_errors=True)
         keep = self._keep_best(trainer) if k == "final" and c.keep_best_every else None
+        start_from = self._start_from(k, trainer, len(names) * c.seeds) if c.warm_start else None
         state, history, reward_index = train_many(
             trainer, stage_key(c, f"{self._dir(k)}/train"), list(range(len(names))), seeds_per_reward=c.seeds,
             hparams=HParams(reward_scale=c.reward_scale), chunk_epochs=c.chunk_epochs, progress=progress,
             checkpoint=str(self.run.file(f"{self._dir(k)}/train/job.ckpt")),
-            devices=jax.local_devices() if alone else None, keep=keep)
+            devices=jax.local_devices() if alone else None, keep=keep, start_from=start_from)
         actor = state.policy_actor
         if keep is not None:
             actor = keep.actor
@@ -609,6 +611,39 @@ class Loop:
         save_checkpoint(self.run.file(f"{self._dir(k)}/train/agents"), {"actor": actor, "critic": state.critic},
                         trainer.config.epochs, local=alone)
         return names, to_host(history), to_host(reward_index)
+
+    def _parent(self, k: int) -> tuple[int, str] | None:
+        """(iteration, name) of the best candidate trained before iteration k; None before any trained."""
+        for j in range(k - 1, 0, -1):
+            rank = self.run.read_json(f"iter{j}/rank.json")
+            if rank["parents"]:  # a candidate trained in iteration j: the best is the first of them
+                return j, rank["best"]
+        return None
+
+    def _start_from(self, k, trainer, runs: int) -> dict | None:
+        """`train_many`'s start_from for iteration k (`warm_start`): every run starts from the agent of
+        the previous best's run with its seed (or its first run that did not fail), as saved; None for
+        the first iteration, the final job, and while nothing has trained."""
+        parent = None if k == "final" else self._parent(k)
+        if parent is None:
+            return None
+        j, name = parent
+        curves = self.run.read_json(f"iter{j}/train/curves.json")
+        own = [r for r, run in enumerate(curves["runs"]) if run["candidate"] == name and not run["failed"]]
+        by_seed = {curves["runs"][r]["seed"]: r for r in own}
+        picks = [by_seed.get(r % self.config.seeds, own[0]) for r in range(runs)]
+        actor, critic = self._actors(j, trainer, len(curves["runs"]), critic=True)
+        alpha = np.asarray(curves["alpha"], np.float64)[picks, -1]
+        if jax.process_index() == 0:
+            self.run.log(f"iter{k}/train: warm start from iter{j}'s best, {name} (its runs {picks}, alpha "
+                         + " ".join(f"{a:.3g}" for a in alpha) + ")")
+            self.run.write_json(f"iter{k}/train/start.json", {"iteration": j, "candidate": name, "runs": picks,
+                                                              "alpha": alpha})
+        def take(x):
+            return np.asarray(x)[np.asarray(picks)]
+
+        return {"actor": jax.tree.map(take, actor), "critic": jax.tree.map(take, critic),
+                "log_alpha": np.log(alpha).astype(np.float32)}
 
     def _keep_best(self, trainer):
         """Each final run's best checkpoint by the task: races on fields of their own (not the final
@@ -649,7 +684,8 @@ class Loop:
     def _dir(k) -> str:
         return "final" if k == "final" else f"iter{k}"
 
-    def _actors(self, k, trainer, runs: int):
+    def _actors(self, k, trainer, runs: int, *, critic: bool = False):
+        """Stage k's saved actors (leading run axis), with their critics when `critic`."""
         from jaxrace.agents import HParams
         from jaxrace.agents.checkpoint import load_checkpoint
         from jaxrace.agents.runner import per_run_hparams
@@ -658,7 +694,7 @@ class Loop:
                                   per_run_hparams(HParams(), runs), jnp.zeros((runs,), jnp.int32))
         saved, _ = load_checkpoint(self.run.file(f"{self._dir(k)}/train/agents"),
                                    {"actor": template.actor, "critic": template.critic})
-        return saved["actor"]
+        return (saved["actor"], saved["critic"]) if critic else saved["actor"]
 
     def race(self, k) -> None:
         """Evaluation races of every run; metrics, component statistics, clips (stored) and videos."""

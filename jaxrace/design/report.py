@@ -240,7 +240,13 @@ def _iteration(run: RunDir, k: int, previous_best: tuple[str, str] | None) -> tu
         out.append("<h3>Bradley-Terry strengths (&plusmn; 1 s.e.)</h3>")
         out.append(svg_error_bars(names, [rank["scores"][i] for i in idx], [rank["stderr"][i] for i in idx]))
     if run.exists(f"{d}/train/curves.json"):
-        out.append("<h3>Training</h3>" + _curves(run.read_json(f"{d}/train/curves.json")))
+        start = ""
+        if run.exists(f"{d}/train/start.json"):
+            parent = run.read_json(f"{d}/train/start.json")
+            start = (f'<p class="note">Every run trained on from the agent of iteration {parent["iteration"]}\'s '
+                     f'best, {_e(parent["candidate"])} (warm start: its networks and temperature), not from '
+                     "scratch.</p>")
+        out.append("<h3>Training</h3>" + start + _curves(run.read_json(f"{d}/train/curves.json")))
     if rank and not rank["parents"]:
         kept = ("there is no best agent yet" if rank["best"] is None else
                 f"the best agent is still {_e(rank['best'])}, from {_e(rank.get('best_folder', 'before'))}")

@@ -369,6 +369,53 @@ def test_a_killed_job_resumes_from_its_checkpoint_to_the_same_result(trainer, tm
     np.testing.assert_array_equal(m_straight.critic_loss, m_resumed.critic_loss)
 
 
+def _networks(state):
+    return {"actor": state.policy_actor, "critic": state.critic, "log_alpha": state.log_alpha}
+
+
+def test_a_warm_started_job_trains_on_from_the_networks_it_is_given(trainer):
+    """train_many(start_from=): started from a fresh init's own networks it is the cold job, bit for
+    bit; started from a trained job's, the networks, the target critic and the temperature are
+    those, the rest starts fresh, and no program compiles again."""
+    key = jax.random.key(6)
+    cold, m_cold, _ = train_many(trainer, key, [0, 0], chunk_epochs=2)
+    keys = jax.random.split(key, 2)
+    fresh = committed(runner._init_runs(trainer.learner, keys, runner.per_run_hparams(HParams(), 2)))
+    same, m_same, _ = train_many(trainer, key, [0, 0], chunk_epochs=2, start_from=_networks(fresh))
+    for a, b in zip(jax.tree.leaves((cold.actor, cold.critic, m_cold)), jax.tree.leaves((same.actor, same.critic,
+                                                                                           m_same)), strict=True):
+        np.testing.assert_array_equal(a, b)
+
+    start = _networks(cold)
+    programs = (runner._collect, runner._label, runner._learn)
+    compiled = [p._cache_size() for p in programs]
+    warm_state = runner.warm_start(fresh, start)
+    for name, given in (("actor", start["actor"]), ("critic", start["critic"]), ("target_critic", start["critic"])):
+        for a, b in zip(jax.tree.leaves(getattr(warm_state, name)), jax.tree.leaves(given), strict=True):
+            np.testing.assert_array_equal(a, b, err_msg=name)
+            assert a.sharding == b.sharding or a.sharding.is_equivalent_to(b.sharding, a.ndim)
+    np.testing.assert_array_equal(warm_state.log_alpha, cold.log_alpha)
+    np.testing.assert_array_equal(warm_state.env_state.steps, fresh.env_state.steps)
+    assert int(np.asarray(warm_state.replay.current_index).max()) == 0  # an empty replay, not the cold job's
+
+    warm, m_warm, _ = train_many(trainer, key, [0, 0], chunk_epochs=2, start_from=start)
+    assert [p._cache_size() for p in programs] == compiled
+    np.testing.assert_allclose(m_warm.alpha[:, 0], np.exp(np.asarray(cold.log_alpha)), rtol=1e-6)  # the warm-up
+    assert not np.allclose(m_warm.critic_loss, m_cold.critic_loss)
+    assert not np.asarray(m_warm.failed).any()
+
+
+def test_a_warm_start_for_another_job_is_rejected_with_what_differs(trainer):
+    state, _, _ = train_many(trainer, jax.random.key(6), [0, 0], chunk_epochs=2)
+    start = _networks(state)
+    three = jax.tree.map(lambda x: jnp.concatenate([x, x[:1]]), start)
+    with pytest.raises(ValueError, match=r"start_from\['actor'\].* has shape \(3,.*2 runs"):
+        train_many(trainer, jax.random.key(0), [0, 0], chunk_epochs=2, start_from=three)
+    with pytest.raises(ValueError, match="lacks \\['log_alpha'\\]"):
+        train_many(trainer, jax.random.key(0), [0, 0], chunk_epochs=2,
+                   start_from={"actor": start["actor"], "critic": start["critic"]})
+
+
 def test_a_checkpoint_from_another_job_is_rejected(setup, tmp_path):
     from jaxrace.agents.checkpoint import load_checkpoint, save_checkpoint
 

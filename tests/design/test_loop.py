@@ -39,6 +39,7 @@ clip_seconds = 5.0
 clips_per_race = 2
 bootstrap_races = 4
 tac_min_preferences = 5
+warm_start = true
 """
 ITERATION = ("generate", "select", "train", "race", "judge", "rank")
 STAGES = (["bootstrap"] + [f"iter{k}/{s}" for k in (1, 2) for s in ITERATION]
@@ -91,6 +92,17 @@ def test_every_stage_writes_its_files(finished):
     best = json.loads((run / "iter1" / "rank.json").read_text())["best"]
     carried = json.loads((run / "iter2" / "candidates.json").read_text())[0]
     assert carried["name"] == best and carried["origin"] == "carried from iteration 1"
+    # Iteration 2 trains on from iteration 1's best agent (warm_start); the final job starts from scratch.
+    curves1 = json.loads((run / "iter1" / "train" / "curves.json").read_text())
+    curves2 = json.loads((run / "iter2" / "train" / "curves.json").read_text())
+    (parent,) = [r for r, x in enumerate(curves1["runs"]) if x["candidate"] == best]
+    start = json.loads((run / "iter2" / "train" / "start.json").read_text())
+    assert start == {"iteration": 1, "candidate": best, "runs": [parent] * 3, "alpha": [curves1["alpha"][parent][-1]] * 3}
+    for r in range(3):  # the warm-up's first epoch updates nothing: its temperature is the parent's last
+        assert curves2["alpha"][r][0] == pytest.approx(curves1["alpha"][parent][-1], rel=1e-5)
+    assert not (run / "iter1" / "train" / "start.json").exists() and not (run / "final/train/start.json").exists()
+    assert f"iter2/train: warm start from iter1's best, {best}" in (run / "log.txt").read_text()
+    assert f"trained on from the agent of iteration 1's best, {best} (warm start" in (run / "report.html").read_text()
     # Every request and reply is recorded; iteration 2's prompts hold iteration 1's feedback, and the
     # offline proposer mutates the best programs it finds there.
     record = [json.loads(line) for line in (run / "llm" / "record.jsonl").read_text().splitlines()]
