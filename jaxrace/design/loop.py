@@ -629,9 +629,7 @@ class Loop:
             return None
         j, name = parent
         curves = self.run.read_json(f"iter{j}/train/curves.json")
-        own = [r for r, run in enumerate(curves["runs"]) if run["candidate"] == name and not run["failed"]]
-        by_seed = {curves["runs"][r]["seed"]: r for r in own}
-        picks = [by_seed.get(r % self.config.seeds, own[0]) for r in range(runs)]
+        picks = parent_runs(curves["runs"], name, runs, self.config.seeds)
         actor, critic = self._actors(j, trainer, len(curves["runs"]), critic=True)
         alpha = np.asarray(curves["alpha"], np.float64)[picks, -1]
         if jax.process_index() == 0:
@@ -1011,6 +1009,17 @@ class Loop:
         reference_lap = self.run.read_json(f"{d}/race/metrics.json")["reference_lap"]
         return feedback_text(IterationSummary(k, cands, reference_lap=reference_lap, person=person),
                              max_chars=self.config.llm_max_prompt_chars // 2)
+
+
+def parent_runs(trained: list[dict], name: str, runs: int, seeds: int) -> list[int]:
+    """For each of a new job's `runs` (candidate-major, `seeds` per candidate), the index into an
+    earlier job's runs (`curves.json`'s "runs") of `name`'s run to start from: the one with the
+    same seed, or `name`'s first run that did not fail where that one failed."""
+    own = [r for r, run in enumerate(trained) if run["candidate"] == name and not run["failed"]]
+    if not own:
+        raise ValueError(f"{name} has no run that trained to start from")
+    by_seed = {trained[r]["seed"]: r for r in own}
+    return [by_seed.get(r % seeds, own[0]) for r in range(runs)]
 
 
 def centre_line(params, points: int = 500) -> dict:

@@ -2,8 +2,10 @@
 
 import json
 
+import pytest
+
 from jaxrace.design.config import load_config
-from jaxrace.design.loop import LIBRARY_BASELINES, Loop
+from jaxrace.design.loop import LIBRARY_BASELINES, Loop, parent_runs
 from jaxrace.design.progress import Display
 from jaxrace.design.rundir import RunDir
 from jaxrace.rewards import library_reward
@@ -55,6 +57,8 @@ def test_every_candidate_failing_keeps_the_previous_best_and_says_so(tmp_path):
     loop.rank(3)
     assert json.loads(run.file("iter3/rank.json").read_text())["best_folder"] == "iter2/candidates"
     assert loop._best(3) == ("i2-c1", "iter2/candidates")
+    # warm_start's parent: the best agent trained before an iteration, past iterations where all failed
+    assert (loop._parent(2), loop._parent(3), loop._parent(4)) == (None, (2, "i2-c1"), (2, "i2-c1"))
     from jaxrace.design.report import _iteration
 
     section, _ = _iteration(run, 3, None)
@@ -129,3 +133,14 @@ def test_an_iteration_where_nothing_trains_is_retried_once_not_counted(tmp_path,
     stubborn = Scripted(config, RunDir.open(tmp_path / "b", config), Display(quiet=True))
     stubborn.run_all()  # every iteration fails: one retry only, then the run ends
     assert [c for c in calls if c.startswith("generate")] == ["generate1", "generate2", "generate3"]
+
+
+def test_warm_started_runs_take_the_parent_run_of_their_seed_or_its_first_that_trained():
+    trained = [{"candidate": "a", "seed": 0, "failed": False}, {"candidate": "a", "seed": 1, "failed": False},
+               {"candidate": "b", "seed": 0, "failed": True}, {"candidate": "b", "seed": 1, "failed": False},
+               {"candidate": "b", "seed": 2, "failed": False}]
+    assert parent_runs(trained, "b", runs=6, seeds=3) == [3, 3, 4, 3, 3, 4]  # seed 0 failed: b's first that trained
+    assert parent_runs(trained, "a", runs=4, seeds=2) == [0, 1, 0, 1]
+    assert parent_runs(trained, "a", runs=3, seeds=3) == [0, 1, 0]  # no seed-2 run: a's first
+    with pytest.raises(ValueError, match="c has no run that trained"):
+        parent_runs(trained, "c", runs=1, seeds=1)

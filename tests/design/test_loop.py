@@ -97,9 +97,10 @@ def test_every_stage_writes_its_files(finished):
     curves2 = json.loads((run / "iter2" / "train" / "curves.json").read_text())
     (parent,) = [r for r, x in enumerate(curves1["runs"]) if x["candidate"] == best]
     start = json.loads((run / "iter2" / "train" / "start.json").read_text())
-    assert start == {"iteration": 1, "candidate": best, "runs": [parent] * 3, "alpha": [curves1["alpha"][parent][-1]] * 3}
+    last_alpha = curves1["alpha"][parent][-1]
+    assert start == {"iteration": 1, "candidate": best, "runs": [parent] * 3, "alpha": [last_alpha] * 3}
     for r in range(3):  # the warm-up's first epoch updates nothing: its temperature is the parent's last
-        assert curves2["alpha"][r][0] == pytest.approx(curves1["alpha"][parent][-1], rel=1e-5)
+        assert curves2["alpha"][r][0] == pytest.approx(last_alpha, rel=1e-5)
     assert not (run / "iter1" / "train" / "start.json").exists() and not (run / "final/train/start.json").exists()
     assert f"iter2/train: warm start from iter1's best, {best}" in (run / "log.txt").read_text()
     assert f"trained on from the agent of iteration 1's best, {best} (warm start" in (run / "report.html").read_text()
