@@ -17,7 +17,8 @@ OPERATIONAL = ("judge_host", "judge_port", "judge_timeout_s")
 # sizes, or its final job's checkpoints, depend on it), so a command with the new value is refused with
 # the field named.
 PREDATED_VALUES = {"lane_headway": False, "offtrack_start_prob": 0.0, "keep_best_average": 1,
-                   "clip_finish": False, "judge_standing": False}
+                   "clip_finish": False, "judge_standing": False,
+                   "judge_standing_at": "end"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -132,6 +133,10 @@ class DesignConfig:
     # the scripted judge also scores where the car stands on the grid at a clip's end, for a task about
     # places (TaskScoring.standing), as a person reads the video's P
     judge_standing: bool = True
+    # ... at the clip's start ("start": a place gained in the clip counts once, as a place gained) or at
+    # its end ("end", as a run before this field did: a place gained counts twice, so under "cleanly" a
+    # pass that costs an at-fault contact scored as much as staying behind)
+    judge_standing_at: str = "start"
     # the VLM judge: its endpoint and model (default: the LLM's), frames per clip
     judge_base_url: str = ""
     judge_model: str = ""
@@ -171,6 +176,8 @@ class DesignConfig:
                 problems.append(f"{name} must be one of {', '.join(choices)} (got {value!r})")
         if self.tune_weights not in ("", "grad", "mh", "soft-tac"):
             problems.append(f"tune_weights must be empty (off), grad, mh or soft-tac (got {self.tune_weights!r})")
+        if self.judge_standing_at not in ("start", "end"):
+            problems.append(f"judge_standing_at must be start or end (got {self.judge_standing_at!r})")
         if self.judge_selection not in ("all", "active"):
             problems.append(f"judge_selection must be all or active (got {self.judge_selection!r})")
         for name in ("epochs", "final_epochs"):

@@ -272,7 +272,7 @@ class Loop:
                 self._human = HumanJudge(self.store, host=c.judge_host, port=c.judge_port,
                                          timeout_s=c.judge_timeout_s, notify=notify)
             return self._human
-        scoring = TaskScoring.from_task(c.task)
+        scoring = dataclasses.replace(TaskScoring.from_task(c.task), standing_at=c.judge_standing_at)
         if not c.judge_standing:
             scoring = dataclasses.replace(scoring, standing=0.0)
         return ScriptedJudge(scoring=scoring, beta=c.judge_beta, mistake=c.judge_mistake,

@@ -79,12 +79,14 @@ def step_facts(clip: Clip) -> dict[str, np.ndarray]:
     }
 
 
-def standing(clip: Clip) -> int:
-    """Places up on the grid at the clip's last valid view (start rank - rank; the view before
-    the first padded transition)."""
+def standing(clip: Clip, at: str = "end") -> int:
+    """Places up on the grid (start rank - rank) at the clip's first view (`at="start"`) or its
+    last valid one (`"end"`: the view before the first padded transition)."""
+    if at not in ("start", "end"):
+        raise ValueError(f"standing(at=...) is 'start' or 'end', not {at!r}")
     valid = np.asarray(clip.valid, bool)
-    last = int(np.sum(np.cumprod(valid)))  # views 0..last are of the episode
-    return int(np.asarray(clip.views.start_rank)[last] - np.asarray(clip.views.rank)[last])
+    view = 0 if at == "start" else int(np.sum(np.cumprod(valid)))  # views 0..last are of the episode
+    return int(np.asarray(clip.views.start_rank)[view] - np.asarray(clip.views.rank)[view])
 
 
 def clip_facts(clip: Clip) -> ClipFacts:

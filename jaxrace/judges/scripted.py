@@ -36,7 +36,11 @@ class TaskScoring:
     hit_from_behind: float = 0.0
     course_outs: float = -1.0
     wall_hits: float = -1.0
-    standing: float = 0.0  # per place up on the grid at the clip's end (not discounted)
+    standing: float = 0.0  # per place up on the grid at the clip's start or end (not discounted)
+    # "start": the places a clip gains count once, as positions_gained, so a pass that costs an at-fault
+    # contact scores what it did without the standing; "end" (as the video's P shows at the end) counts
+    # them twice, and under "cleanly" a pass by contact cost nothing
+    standing_at: str = "start"
 
     @classmethod
     def from_task(cls, task: str) -> TaskScoring:
@@ -86,7 +90,8 @@ class ScriptedJudge:
         discount = self.myopic ** np.arange(t - 1, -1, -1, dtype=np.float64)
         weights = dataclasses.asdict(self.scoring)
         steps = sum(weights[k] * np.sum(discount * np.asarray(v, np.float64)) for k, v in facts.items())
-        return float(steps + (self.scoring.standing * standing(clip) if self.scoring.standing else 0.0))
+        up = standing(clip, self.scoring.standing_at) if self.scoring.standing else 0
+        return float(steps + self.scoring.standing * up)
 
     def judge(self, pair: Pair) -> Verdict:
         s1, s2 = self.score(pair.first), self.score(pair.second)

@@ -76,6 +76,26 @@ def test_standing_at_the_clip_end_counts_for_a_task_about_places():
     assert fast.judge(Pair("q", behind, ahead_full)).label == "tie"
 
 
+def test_a_pass_by_contact_loses_to_staying_behind_cleanly_when_standing_is_read_at_the_start():
+    """standing_at="start" (the default): a place gained in the clip counts once (2 points), so under
+    "cleanly" the pass that costs a contact (3) loses; read at the end it counts again and ties."""
+    task = TaskScoring.from_task("win the race cleanly from the back of the grid")
+    assert task.standing_at == "start"
+    # from P6 (two places up at the clip's start); the pass to P5 at view 5 comes with a contact
+    passed = make_clip(rank=[6] * 5 + [5] * 6, hit_other_from_behind=[5])
+    stayed = make_clip(rank=np.full(T + 1, 6))
+    assert clip_facts(passed).standing == 3  # what the video's P shows at the end
+    start = ScriptedJudge(scoring=task)
+    assert start.score(stayed) == pytest.approx(1.0 + 2.0)  # 100 m, two places up
+    assert start.score(passed) == pytest.approx(1.0 + 2.0 - 3.0 + 2.0)
+    assert start.judge(Pair("s", passed, stayed)).label == "second"
+    end = ScriptedJudge(scoring=dataclasses.replace(task, standing_at="end"), equal_within=0.01)
+    assert end.score(passed) == pytest.approx(1.0 + 2.0 - 3.0 + 3.0)
+    assert end.judge(Pair("e", passed, stayed)).label == "tie"
+    with pytest.raises(ValueError, match="'start' or 'end', not 'middle'"):
+        ScriptedJudge(scoring=dataclasses.replace(task, standing_at="middle")).score(stayed)
+
+
 def test_equal_skip_and_myopic_rules():
     a = make_clip(progress=np.linspace(0, 100, T + 1))
     b = make_clip(progress=np.linspace(0, 103, T + 1))
