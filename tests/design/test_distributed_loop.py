@@ -13,7 +13,8 @@ from design.test_loop import TINY as LOOP_TINY
 
 # test_loop's tiny config, one iteration of 2 runs (they split over the 2 devices; the final job's 3 do not),
 # no bootstrap. Everything else as test_loop's, so the final job loads test_loop's compiled programs from the
-# shared cache (json.dumps writes TOML's true and 5.0 for these scalars; a string replace of "n = 3" once also turned "hidden = 32" into 22, and every program missed).
+# shared cache (json.dumps writes TOML's true and 5.0 for these scalars; a string replace of "n = 3" once also
+# turned "hidden = 32" into 22, and every program missed).
 CHANGES = {"iterations": 1, "n": 2, "bootstrap_races": 0}
 TINY = "".join(f"{k} = {json.dumps(CHANGES.get(k, v))}\n" for k, v in tomllib.loads(LOOP_TINY).items())
 
