@@ -56,13 +56,15 @@ def final_table(run_dir: Path) -> tuple[list[dict], float]:
     kept = json.loads(kept_path.read_text()) if kept_path.exists() else None
     trials = json.loads((run_dir / "final/trial.json").read_text())["trials"]
     ref = metrics["reference_lap"]
+    # a final run started from a pretrained agent has its steps too (every final run starts alike)
+    pretrained = pretrain_steps(run_dir) if (run_dir / "final/train/start.json").exists() else 0
     out = []
     for i, run in enumerate(metrics["runs"]):
         summary = race_summary([metrics["races"][i]])
         lap, trial = summary.get("best_lap"), trials[i]["best_lap"]
         out.append({"candidate": run["candidate"], "seed": run["seed"], "failed": run["failed"],
                     "library": run["candidate"] in LIBRARY_BASELINES,
-                    "env_steps": curves["epochs"] * curves["env_steps_per_epoch"],
+                    "env_steps": curves["epochs"] * curves["env_steps_per_epoch"] + pretrained,
                     "kept_epoch": kept["epoch"][i] if kept else None,
                     **summary, "lap_gap": None if lap is None else lap / ref - 1.0,
                     "trial_lap": trial, "trial_gap": None if trial is None else trial / ref - 1.0,
@@ -70,10 +72,22 @@ def final_table(run_dir: Path) -> tuple[list[dict], float]:
     return out, ref
 
 
+def pretrain_steps(run_dir: Path) -> int:
+    """Env steps of one pretrained agent (`pretrain_epochs`); 0 without pretraining."""
+    path = run_dir / "pretrain/train/curves.json"
+    if not path.exists():
+        return 0
+    c = json.loads(path.read_text())
+    return c["epochs"] * c["env_steps_per_epoch"]
+
+
 def search_steps(run_dir: Path) -> int:
-    """Env steps trained in the iterations (every candidate and seed), before the final job."""
+    """Env steps trained before the final job: pretraining (every seed) and the iterations (every
+    candidate and seed)."""
     total = 0
-    for curves in sorted(run_dir.glob("iter*/train/curves.json")):
+    for curves in sorted(run_dir.glob("*/train/curves.json")):
+        if curves.parent.parent.name == "final":
+            continue
         c = json.loads(curves.read_text())
         total += len(c["runs"]) * c["epochs"] * c["env_steps_per_epoch"]
     return total

@@ -102,6 +102,12 @@ class DesignConfig:
     # (networks and temperature; each seed from that seed's), not from scratch, so that a search budget
     # too short to learn to race still shows the judge racing; the final job starts from scratch
     warm_start: bool = False
+    # before iteration 1, `pretrain_reward` (a library reward) trains one run per seed for this many
+    # epochs; every run of the iterations (the first's, and the others' unless warm_start gives them a
+    # parent) and of the final job starts from that seed's pretrained agent, so the search compares
+    # rewards that fine-tune a car that already drives. 0: every run starts from scratch
+    pretrain_epochs: int = 0
+    pretrain_reward: str = "progress"
     reward_scale: float = 0.1
     n_step: int = 5
     # policy averaging (TrainConfig.actor_average): races, selection and the saved agents use a moving
@@ -166,7 +172,8 @@ class DesignConfig:
         problems += [f"{k} must be at least 1 (got {getattr(self, k)})" for k in positive if getattr(self, k) < 1]
         nonneg = ("warmup_epochs", "opponents", "videos_per_candidate", "tac_min_preferences", "bootstrap_races",
                   "judge_equal_within", "llm_repairs", "llm_token_budget", "llm_call_budget", "judge_budget",
-                  "judge_port", "judge_timeout_s", "traffic_start_gap", "keep_best_every", "clip_finish_after_s")
+                  "judge_port", "judge_timeout_s", "traffic_start_gap", "keep_best_every", "clip_finish_after_s",
+                  "pretrain_epochs")
         problems += [f"{k} must be at least 0 (got {getattr(self, k)})" for k in nonneg if getattr(self, k) < 0]
         if self.n > self.m:
             problems.append(f"n (trained per iteration, {self.n}) cannot exceed m (generated, {self.m})")
@@ -180,7 +187,12 @@ class DesignConfig:
             problems.append(f"judge_standing_at must be start or end (got {self.judge_standing_at!r})")
         if self.judge_selection not in ("all", "active"):
             problems.append(f"judge_selection must be all or active (got {self.judge_selection!r})")
-        for name in ("epochs", "final_epochs"):
+        from jaxrace.rewards.library import LIBRARY
+
+        if self.pretrain_reward not in LIBRARY:
+            problems.append(f"pretrain_reward must be a library reward, one of {', '.join(sorted(LIBRARY))} "
+                            f"(got {self.pretrain_reward!r})")
+        for name in ("epochs", "final_epochs", "pretrain_epochs"):
             if getattr(self, name) % self.chunk_epochs:
                 problems.append(f"chunk_epochs ({self.chunk_epochs}) must divide {name} ({getattr(self, name)})")
         if not 0.0 <= self.actor_average < 1.0:

@@ -5,10 +5,13 @@ Stages, each writing its files to the run directory before it is marked finished
 
     bootstrap                 AI-driven races at varied skill and aggression, clips, judged:
                               preferences for TAC from the first iteration
+    pretrain/train            (pretrain_epochs) a library reward trains one run per seed: the agents
+                              the iterations' and the final job's runs start from
     iter{k}/generate          M programs (the previous best carried over), compiled in the sandbox
     iter{k}/select            TAC over the stored preferences keeps N (all while too few are stored)
     iter{k}/train             the N x seeds runs in one batched job, checkpointed per chunk
-                              (warm_start: from the best agent so far, after the first)
+                              (warm_start: from the best agent so far, after the first;
+                              pretrain_epochs: from the pretrained agents)
     iter{k}/race              evaluation races, component statistics, clips, videos
     iter{k}/judge             pairs of clips across candidates, judged and stored
     iter{k}/rank              Bradley-Terry, the best candidate, feedback for the next iteration
@@ -287,6 +290,8 @@ class Loop:
             _start_sandbox_in_background()
         if c.bootstrap_races:
             self.stage("bootstrap", self.bootstrap)
+        if c.pretrain_epochs:
+            self.stage("pretrain/train", self.train, "pretrain")
         k, retries = 1, 0
         while k <= c.iterations + retries:
             self.stage(f"iter{k}/generate", self.generate, k)
@@ -489,6 +494,8 @@ class Loop:
         if k == "final":
             best = self._best(self.last_iteration)
             return ([] if best is None else [best[0]]) + list(LIBRARY_BASELINES), "final/candidates"
+        if k == "pretrain":
+            return [self.config.pretrain_reward], "pretrain/candidates"
         return self.run.read_json(f"iter{k}/select.json")["selected"], f"iter{k}/candidates"
 
     def _best(self, k: int) -> tuple[str, str] | None:
@@ -518,13 +525,24 @@ class Loop:
         if self._learner is None:
             config = train_config(c, **backend_options(c))
             self._learner = make_learner(config, self.envs.train_env, self.envs.train_params)
-        epochs = c.final_epochs if k == "final" else c.epochs
-        return Trainer(self._learner, bank, dataclasses.replace(self._learner.config, epochs=epochs))
+        return Trainer(self._learner, bank, dataclasses.replace(self._learner.config, epochs=self._epochs(k)))
+
+    def _epochs(self, k) -> int:
+        c = self.config
+        return {"final": c.final_epochs, "pretrain": c.pretrain_epochs}.get(k, c.epochs)
+
+    def _prepare_pretrain(self) -> None:
+        from jaxrace.rewards import library_reward
+
+        name = self.config.pretrain_reward
+        self.run.file("pretrain/candidates").mkdir(parents=True, exist_ok=True)
+        library_reward(name).save(self.run.file(f"pretrain/candidates/{name}.jaxreward"))
 
     def _prepare_final(self) -> None:
         from jaxrace.rewards import library_reward, load_reward
 
         folder = "final/candidates"
+        self.run.file(folder).mkdir(parents=True, exist_ok=True)  # (no winner's files make it when none trained)
         best = self._best(self.last_iteration)
         if best is not None:
             winner, where = best
@@ -545,6 +563,8 @@ class Loop:
         c = self.config
         if k == "final":
             self._prepare_final()
+        if k == "pretrain":
+            self._prepare_pretrain()
         runs = len(self._runs(k)[0]) * c.seeds
         # A job whose runs do not split over every process's devices trains on process 0's alone.
         alone = jax.process_count() > 1 and runs % jax.device_count() != 0
@@ -552,7 +572,7 @@ class Loop:
         if placement:
             self.run.log(f"{self._dir(k)}/train: {placement}")
         broadcast_json({"train": k, "last_iteration": self.last_iteration, "alone": alone})
-        epochs = c.final_epochs if k == "final" else c.epochs
+        epochs = self._epochs(k)
         with self.display.task(f"{self._dir(k)}/train: {len(self._runs(k)[0])} x {c.seeds} runs (compile first)",
                                total=epochs) as advance:
             done = [0]
@@ -593,7 +613,7 @@ class Loop:
         trainer = self._trainer(k, self._bank(folder, names))
         shutil.rmtree(self.run.file(f"{self._dir(k)}/train/job.ckpt.deleting"), ignore_errors=True)
         keep = self._keep_best(trainer) if k == "final" and c.keep_best_every else None
-        start_from = self._start_from(k, trainer, len(names) * c.seeds) if c.warm_start else None
+        start_from = self._start_from(k, trainer, len(names) * c.seeds)
         state, history, reward_index = train_many(
             trainer, stage_key(c, f"{self._dir(k)}/train"), list(range(len(names))), seeds_per_reward=c.seeds,
             hparams=HParams(reward_scale=c.reward_scale), chunk_epochs=c.chunk_epochs, progress=progress,
@@ -621,22 +641,34 @@ class Loop:
         return None
 
     def _start_from(self, k, trainer, runs: int) -> dict | None:
-        """`train_many`'s start_from for iteration k (`warm_start`): every run starts from the agent of
-        the previous best's run with its seed (or its first run that did not fail), as saved; None for
-        the first iteration, the final job, and while nothing has trained."""
-        parent = None if k == "final" else self._parent(k)
-        if parent is None:
+        """`train_many`'s start_from for stage k. With `warm_start`, an iteration after the first
+        starts every run from the agent of the previous best's run with its seed (or its first run
+        that did not fail), as saved. Otherwise, with `pretrain_epochs`, an iteration's or the final
+        job's runs start from the pretrained agent of their seed. None: from scratch."""
+        c = self.config
+        parent = self._parent(k) if c.warm_start and isinstance(k, int) else None
+        if parent is not None:
+            j, name = parent
+            curves = self.run.read_json(f"iter{j}/train/curves.json")
+            picks = parent_runs(curves["runs"], name, runs, c.seeds)
+            said, start = f"warm start from iter{j}'s best, {name}", {"iteration": j, "candidate": name}
+        elif c.pretrain_epochs and k != "pretrain":
+            j, name = "pretrain", c.pretrain_reward
+            curves = self.run.read_json("pretrain/train/curves.json")
+            if all(run["failed"] for run in curves["runs"]):
+                self.run.log(f"{self._dir(k)}/train: every pretrained run failed; training from scratch")
+                return None
+            picks = parent_runs(curves["runs"], name, runs, c.seeds)
+            said, start = f"from the agents pretrained on {name}", {"pretrained": name}
+        else:
             return None
-        j, name = parent
-        curves = self.run.read_json(f"iter{j}/train/curves.json")
-        picks = parent_runs(curves["runs"], name, runs, self.config.seeds)
         actor, critic = self._actors(j, trainer, len(curves["runs"]), critic=True)
         alpha = np.asarray(curves["alpha"], np.float64)[picks, -1]
         if jax.process_index() == 0:
-            self.run.log(f"iter{k}/train: warm start from iter{j}'s best, {name} (its runs {picks}, alpha "
+            self.run.log(f"{self._dir(k)}/train: {said} (its runs {picks}, alpha "
                          + " ".join(f"{a:.3g}" for a in alpha) + ")")
-            self.run.write_json(f"iter{k}/train/start.json", {"iteration": j, "candidate": name, "runs": picks,
-                                                              "alpha": alpha})
+            self.run.write_json(f"{self._dir(k)}/train/start.json", {**start, "runs": picks, "alpha": alpha})
+
         def take(x):
             return np.asarray(x)[np.asarray(picks)]
 
@@ -680,7 +712,7 @@ class Loop:
 
     @staticmethod
     def _dir(k) -> str:
-        return "final" if k == "final" else f"iter{k}"
+        return k if k in ("final", "pretrain") else f"iter{k}"
 
     def _actors(self, k, trainer, runs: int, *, critic: bool = False):
         """Stage k's saved actors (leading run axis), with their critics when `critic`."""

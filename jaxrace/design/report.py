@@ -240,13 +240,7 @@ def _iteration(run: RunDir, k: int, previous_best: tuple[str, str] | None) -> tu
         out.append("<h3>Bradley-Terry strengths (&plusmn; 1 s.e.)</h3>")
         out.append(svg_error_bars(names, [rank["scores"][i] for i in idx], [rank["stderr"][i] for i in idx]))
     if run.exists(f"{d}/train/curves.json"):
-        start = ""
-        if run.exists(f"{d}/train/start.json"):
-            parent = run.read_json(f"{d}/train/start.json")
-            start = (f'<p class="note">Every run trained on from the agent of iteration {parent["iteration"]}\'s '
-                     f'best, {_e(parent["candidate"])} (warm start: its networks and temperature), not from '
-                     "scratch.</p>")
-        out.append("<h3>Training</h3>" + start + _curves(run.read_json(f"{d}/train/curves.json")))
+        out.append("<h3>Training</h3>" + _start_note(run, d) + _curves(run.read_json(f"{d}/train/curves.json")))
     if rank and not rank["parents"]:
         kept = ("there is no best agent yet" if rank["best"] is None else
                 f"the best agent is still {_e(rank['best'])}, from {_e(rank.get('best_folder', 'before'))}")
@@ -306,6 +300,33 @@ def _tuned(t: dict) -> str:
             for k, v in t["defaults"].items()]
     return (f"<h3>Weight tuning ({_e(t['method'])})</h3><p>{_e(t['candidate'])}: {_e(t['reason'])}; "
             f"{outcome}.{held}</p>" + _table(["weight", "program", "tuned", "change"], rows))
+
+
+def _start_note(run: RunDir, d: str) -> str:
+    """Where stage d's runs started from (its train/start.json), as a note; "" from scratch."""
+    if not run.exists(f"{d}/train/start.json"):
+        return ""
+    start = run.read_json(f"{d}/train/start.json")
+    if "pretrained" in start:
+        return (f'<p class="note">Every run trained on from the agent pretrained on {_e(start["pretrained"])} '
+                "with its seed (its networks and temperature; <a href='#pretrain'>pretraining</a>), not from "
+                "scratch.</p>")
+    return (f'<p class="note">Every run trained on from the agent of iteration {start["iteration"]}\'s '
+            f'best, {_e(start["candidate"])} (warm start: its networks and temperature), not from scratch.</p>')
+
+
+def _pretrain(run: RunDir) -> str:
+    if not run.exists("pretrain/train/curves.json"):
+        return ""
+    curves = run.read_json("pretrain/train/curves.json")
+    steps = curves["epochs"] * curves["env_steps_per_epoch"]
+    name = curves["runs"][0]["candidate"]
+    failed = [r["seed"] for r in curves["runs"] if r["failed"]]
+    return (f'<h2 id="pretrain">Pretraining</h2><p>Before the first iteration, the library reward '
+            f"<b>{_e(name)}</b> trained one agent per seed for {steps:,} env steps; the iterations' runs and the "
+            "final job's start from them.</p>"
+            + (f'<p class="note">Failed in training: seed(s) {failed}.</p>' if failed else "")
+            + _curves(curves))
 
 
 def _curves(curves: dict) -> str:
@@ -394,6 +415,7 @@ def _final(run: RunDir) -> str:
     if run.exists("final/train/kept.json"):
         out.append(_kept_note(run.read_json("final/train/kept.json"), runs))
     out.append(_training_notes(run.config()))
+    out.append(_start_note(run, "final"))
     if run.exists("final/train/curves.json"):
         out.append(_curves(run.read_json("final/train/curves.json")))
     videos = sorted(p.relative_to(run.path) for p in run.file("final/videos").glob("*"))
@@ -412,12 +434,15 @@ def build_report(run: RunDir) -> str:
     iterations = list(itertools.takewhile(lambda k: run.exists(f"iter{k}/candidates.json"), itertools.count(1)))
     iterations = iterations or list(range(1, config.iterations + 1))
     nav = " | ".join(f'<a href="#iter{k}">iteration {k}</a>' for k in iterations)
+    if run.exists("pretrain/train/curves.json"):
+        nav = f'<a href="#pretrain">pretraining</a> | {nav}'
     parts.append(f"<p>{nav} | <a href='#final'>final agent</a> | <a href='#time'>time and tokens</a></p>")
     if run.exists("bootstrap/races.json"):
         b = run.read_json("bootstrap/races.json")
         parts.append(f"<h2>Bootstrap preferences</h2><p>{len(b['names'])} races of the built-in AI driving the ego "
                      f"car with varied skill and aggression gave {b['pairs']} judged clip pairs before the first "
                      "iteration, so TAC can filter from iteration 1.</p>")
+    parts.append(_pretrain(run))
     previous = None
     for k in iterations:
         section, previous = _iteration(run, k, previous)

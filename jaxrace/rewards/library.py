@@ -13,7 +13,10 @@ agent won by force (docs/reference_agent.md, *Contact weights at the loop's budg
 
 from __future__ import annotations
 
-from jaxrace.rewards.compiler import CompiledReward, compile_reward
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from jaxrace.rewards.compiler import CompiledReward
 
 PROGRESS = '''\
 """Progress along the centre line in metres per step (the GT7 vision paper's reward)."""
@@ -80,6 +83,8 @@ LIBRARY = {"progress": PROGRESS, "gt_sophy": GT_SOPHY}
 
 def library_reward(name: str, **compile_options) -> CompiledReward:
     """A reference reward by name ('progress' or 'gt_sophy'), compiled."""
+    from jaxrace.rewards.compiler import compile_reward  # here: the design config reads LIBRARY's names
+
     if name not in LIBRARY:
         raise KeyError(f"no library reward '{name}'; choose from {sorted(LIBRARY)}")
     return compile_reward(LIBRARY[name], name=name, **compile_options)

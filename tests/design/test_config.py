@@ -42,6 +42,10 @@ def test_toml_then_options_override_the_preset(tmp_path):
     ("keep_best_average = 0\n", "keep_best_average must be at least 1 \\(got 0\\)"),
     ("actor_cvar = 0.0\n", "actor_cvar must be in \\(0, 1\\] \\(1: risk-neutral; got 0.0\\)"),
     ("corner_start_prob = 0.5\ntraffic_start_gap = 0.0\n", "corner_start_prob needs traffic_start_gap > 0"),
+    ("pretrain_reward = 'speed'\n", "pretrain_reward must be a library reward, one of gt_sophy, progress "
+                                     "\\(got 'speed'\\)"),
+    ("pretrain_epochs = 75\n", "chunk_epochs \\(50\\) must divide pretrain_epochs \\(75\\)"),
+    ("pretrain_epochs = -50\n", "pretrain_epochs must be at least 0 \\(got -50\\)"),
 ])
 def test_bad_configs_are_refused_with_the_field_named(tmp_path, text, message):
     path = tmp_path / "bad.toml"

@@ -40,9 +40,10 @@ clips_per_race = 2
 bootstrap_races = 4
 tac_min_preferences = 5
 warm_start = true
+pretrain_epochs = 10
 """
 ITERATION = ("generate", "select", "train", "race", "judge", "rank")
-STAGES = (["bootstrap"] + [f"iter{k}/{s}" for k in (1, 2) for s in ITERATION]
+STAGES = (["bootstrap", "pretrain/train"] + [f"iter{k}/{s}" for k in (1, 2) for s in ITERATION]
           + ["final/train", "final/race", "final/trial", "report"])
 RUN_TIMEOUT_S = 600
 
@@ -92,8 +93,20 @@ def test_every_stage_writes_its_files(finished):
     best = json.loads((run / "iter1" / "rank.json").read_text())["best"]
     carried = json.loads((run / "iter2" / "candidates.json").read_text())[0]
     assert carried["name"] == best and carried["origin"] == "carried from iteration 1"
-    # Iteration 2 trains on from iteration 1's best agent (warm_start); the final job starts from scratch.
+    # Pretraining: one run of the library reward; iteration 1 and the final job start from its agent.
+    pretrained = json.loads((run / "pretrain" / "train" / "curves.json").read_text())
+    assert pretrained["runs"] == [{"candidate": "progress", "seed": 0, "failed": False}]
+    assert len(pretrained["progress"][0]) == 10 and (run / "pretrain" / "train" / "agents" / "10").is_dir()
     curves1 = json.loads((run / "iter1" / "train" / "curves.json").read_text())
+    pretrained_alpha = pretrained["alpha"][0][-1]
+    for stage, runs in (("iter1", curves1), ("final", json.loads((run / "final/train/curves.json").read_text()))):
+        start = json.loads((run / stage / "train" / "start.json").read_text())
+        assert start == {"pretrained": "progress", "runs": [0] * 3, "alpha": [pretrained_alpha] * 3}, stage
+        for r in range(3):  # the warm-up's first epoch updates nothing: its temperature is the pretrained one
+            assert runs["alpha"][r][0] == pytest.approx(pretrained_alpha, rel=1e-5)
+        assert f"{stage}/train: from the agents pretrained on progress" in (run / "log.txt").read_text()
+    assert "trained on from the agent pretrained on progress" in (run / "report.html").read_text()
+    # Iteration 2 trains on from iteration 1's best agent (warm_start), not from the pretrained one.
     curves2 = json.loads((run / "iter2" / "train" / "curves.json").read_text())
     (parent,) = [r for r, x in enumerate(curves1["runs"]) if x["candidate"] == best]
     start = json.loads((run / "iter2" / "train" / "start.json").read_text())
@@ -101,7 +114,6 @@ def test_every_stage_writes_its_files(finished):
     assert start == {"iteration": 1, "candidate": best, "runs": [parent] * 3, "alpha": [last_alpha] * 3}
     for r in range(3):  # the warm-up's first epoch updates nothing: its temperature is the parent's last
         assert curves2["alpha"][r][0] == pytest.approx(last_alpha, rel=1e-5)
-    assert not (run / "iter1" / "train" / "start.json").exists() and not (run / "final/train/start.json").exists()
     assert f"iter2/train: warm start from iter1's best, {best}" in (run / "log.txt").read_text()
     assert f"trained on from the agent of iteration 1's best, {best} (warm start" in (run / "report.html").read_text()
     # Every request and reply is recorded; iteration 2's prompts hold iteration 1's feedback, and the
@@ -177,7 +189,7 @@ def test_the_second_clip_of_a_race_is_its_finish(finished):
 def test_the_report_has_every_section_and_rebuilds(setup, finished):
     _, _, env = setup
     text = (finished / "report.html").read_text()
-    for section in ("Bootstrap preferences", "Iteration 1", "Iteration 2", "Bradley-Terry strengths",
+    for section in ("Bootstrap preferences", "Pretraining", "Iteration 1", "Iteration 2", "Bradley-Terry strengths",
                     "The best agent", "Judged pairs", "Sources", "diff against the previous best",
                     "Final agent against the library rewards", "Time and tokens per stage", "<video src="):
         assert section in text, section
