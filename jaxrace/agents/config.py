@@ -110,3 +110,8 @@ class HParams:
     initial_alpha: jax.Array = 0.1
     reward_scale: jax.Array = 1.0  # the critic learns scale * reward (keeps returns near O(10-100))
     reward_params: jax.Array | None = None  # f32[P] the candidate's PARAMS (None: its defaults)
+    # Epochs after the warm-up in which each update leaves the actor, its moving average and the
+    # temperature as they are and trains the critics alone. For a run that starts from another
+    # reward's agent (`train_many(start_from=)`): its critic first learns the new reward's values
+    # under the policy it was given, instead of the actor following the old reward's critic.
+    actor_hold_epochs: jax.Array = 0.0

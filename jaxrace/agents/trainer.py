@@ -286,8 +286,15 @@ def make_learner(config: TrainConfig, env, env_params: EnvParams) -> Learner:
         actor_params = optax.apply_updates(state.actor, a_up)
         average = (None if state.average_actor is None
                    else optax.incremental_update(actor_params, state.average_actor, config.actor_average))
+        log_alpha = optax.apply_updates(state.log_alpha, l_up)
+        # the actor held (HParams.actor_hold_epochs): the critics alone learn
+        hold = state.epoch < config.warmup_epochs + hparams.actor_hold_epochs
+        actor_params, a_opt, average, log_alpha, l_opt = jax.tree.map(
+            lambda old, up: jnp.where(hold, old, up),
+            (state.actor, state.actor_opt, state.average_actor, state.log_alpha, state.alpha_opt),
+            (actor_params, a_opt, average, log_alpha, l_opt))
         new = state.replace(actor=actor_params, critic=critic_params, target_critic=target,
-                            log_alpha=optax.apply_updates(state.log_alpha, l_up), actor_opt=a_opt, critic_opt=c_opt,
+                            log_alpha=log_alpha, actor_opt=a_opt, critic_opt=c_opt,
                             alpha_opt=l_opt, key=key, average_actor=average)
         bad = ~(jnp.isfinite(out.critic) & jnp.isfinite(out.actor)) | ~(out.max_abs_reward < HUGE_REWARD)
         failed = state.failed | bad

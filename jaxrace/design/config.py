@@ -108,6 +108,9 @@ class DesignConfig:
     # rewards that fine-tune a car that already drives. 0: every run starts from scratch
     pretrain_epochs: int = 0
     pretrain_reward: str = "progress"
+    # a run started from another agent (warm_start or pretrain_epochs) holds its actor and temperature
+    # for this many epochs after the warm-up while its critic learns the new reward (HParams.actor_hold_epochs)
+    start_hold_epochs: int = 0
     reward_scale: float = 0.1
     n_step: int = 5
     # policy averaging (TrainConfig.actor_average): races, selection and the saved agents use a moving
@@ -173,7 +176,7 @@ class DesignConfig:
         nonneg = ("warmup_epochs", "opponents", "videos_per_candidate", "tac_min_preferences", "bootstrap_races",
                   "judge_equal_within", "llm_repairs", "llm_token_budget", "llm_call_budget", "judge_budget",
                   "judge_port", "judge_timeout_s", "traffic_start_gap", "keep_best_every", "clip_finish_after_s",
-                  "pretrain_epochs")
+                  "pretrain_epochs", "start_hold_epochs")
         problems += [f"{k} must be at least 0 (got {getattr(self, k)})" for k in nonneg if getattr(self, k) < 0]
         if self.n > self.m:
             problems.append(f"n (trained per iteration, {self.n}) cannot exceed m (generated, {self.m})")

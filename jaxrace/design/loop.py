@@ -614,9 +614,11 @@ class Loop:
         shutil.rmtree(self.run.file(f"{self._dir(k)}/train/job.ckpt.deleting"), ignore_errors=True)
         keep = self._keep_best(trainer) if k == "final" and c.keep_best_every else None
         start_from = self._start_from(k, trainer, len(names) * c.seeds)
+        hold = c.start_hold_epochs if start_from is not None else 0
         state, history, reward_index = train_many(
             trainer, stage_key(c, f"{self._dir(k)}/train"), list(range(len(names))), seeds_per_reward=c.seeds,
-            hparams=HParams(reward_scale=c.reward_scale), chunk_epochs=c.chunk_epochs, progress=progress,
+            hparams=HParams(reward_scale=c.reward_scale, actor_hold_epochs=hold), chunk_epochs=c.chunk_epochs,
+            progress=progress,
             checkpoint=str(self.run.file(f"{self._dir(k)}/train/job.ckpt")),
             devices=jax.local_devices() if alone else None, keep=keep, start_from=start_from)
         actor = state.policy_actor
@@ -665,9 +667,11 @@ class Loop:
         actor, critic = self._actors(j, trainer, len(curves["runs"]), critic=True)
         alpha = np.asarray(curves["alpha"], np.float64)[picks, -1]
         if jax.process_index() == 0:
+            held = f"; the actor held for {c.start_hold_epochs} epochs" if c.start_hold_epochs else ""
             self.run.log(f"{self._dir(k)}/train: {said} (its runs {picks}, alpha "
-                         + " ".join(f"{a:.3g}" for a in alpha) + ")")
-            self.run.write_json(f"{self._dir(k)}/train/start.json", {**start, "runs": picks, "alpha": alpha})
+                         + " ".join(f"{a:.3g}" for a in alpha) + f"){held}")
+            self.run.write_json(f"{self._dir(k)}/train/start.json", {**start, "runs": picks, "alpha": alpha,
+                                                                     "actor_hold_epochs": c.start_hold_epochs})
 
         def take(x):
             return np.asarray(x)[np.asarray(picks)]

@@ -307,12 +307,16 @@ def _start_note(run: RunDir, d: str) -> str:
     if not run.exists(f"{d}/train/start.json"):
         return ""
     start = run.read_json(f"{d}/train/start.json")
+    hold = start.get("actor_hold_epochs", 0)
+    held = (f" For its first {hold} epochs after the warm-up the actor and temperature were held while the "
+            "critic learnt the run's reward." if hold else "")
     if "pretrained" in start:
         return (f'<p class="note">Every run trained on from the agent pretrained on {_e(start["pretrained"])} '
                 "with its seed (its networks and temperature; <a href='#pretrain'>pretraining</a>), not from "
-                "scratch.</p>")
+                f"scratch.{held}</p>")
     return (f'<p class="note">Every run trained on from the agent of iteration {start["iteration"]}\'s '
-            f'best, {_e(start["candidate"])} (warm start: its networks and temperature), not from scratch.</p>')
+            f'best, {_e(start["candidate"])} (warm start: its networks and temperature), not from scratch.'
+            f'{held}</p>')
 
 
 def _pretrain(run: RunDir) -> str:

@@ -405,6 +405,37 @@ def test_a_warm_started_job_trains_on_from_the_networks_it_is_given(trainer):
     assert not np.asarray(m_warm.failed).any()
 
 
+def test_a_held_actor_stays_as_it_started_while_its_critic_learns(trainer):
+    """HParams.actor_hold_epochs: a run held past the job's epochs ends with its initial actor, Adam
+    state and temperature but a trained critic; a run held 0 epochs in the same job is the cold job's
+    run bit for bit, and the per-run value compiles nothing new."""
+    key = jax.random.key(6)
+    cold, m_cold, _ = train_many(trainer, key, [0, 0], chunk_epochs=2)
+    programs = (runner._collect, runner._label, runner._learn)
+    compiled = [p._cache_size() for p in programs]
+    held, m_held, _ = train_many(trainer, key, [0, 0], chunk_epochs=2,
+                                 hparams=HParams(actor_hold_epochs=jnp.asarray([0.0, 100.0])))
+    assert [p._cache_size() for p in programs] == compiled
+    run0 = jax.tree.map(lambda x: x[0], (cold.actor, cold.critic, cold.log_alpha, m_cold))
+    for a, b in zip(jax.tree.leaves(run0), jax.tree.leaves(jax.tree.map(
+            lambda x: x[0], (held.actor, held.critic, held.log_alpha, m_held))), strict=True):
+        np.testing.assert_array_equal(a, b)
+    keys = jax.random.split(key, 2)
+    fresh = runner._init_runs(trainer.learner, keys, runner.per_run_hparams(HParams(), 2))
+    def kept(state):  # (the optimisers' learning rates are set by each update, held or not)
+        return {"actor": state.actor, "log_alpha": state.log_alpha,
+                "actor_opt": state.actor_opt.inner_state, "alpha_opt": state.alpha_opt.inner_state}
+
+    before, after = kept(fresh), kept(held)
+    for name in before:
+        for a, b in zip(jax.tree.leaves(before[name]), jax.tree.leaves(after[name]), strict=True):
+            np.testing.assert_array_equal(np.asarray(a)[1], np.asarray(b)[1], err_msg=name)
+    moved = max(float(np.max(np.abs(np.asarray(a)[1] - np.asarray(b)[1])))
+                for a, b in zip(jax.tree.leaves(fresh.critic), jax.tree.leaves(held.critic), strict=True))
+    assert moved > 1e-6 and trainer.config.epochs > trainer.config.warmup_epochs
+    assert np.asarray(m_held.critic_loss)[1, trainer.config.warmup_epochs:].min() > 0
+
+
 def test_a_warm_start_for_another_job_is_rejected_with_what_differs(trainer):
     state, _, _ = train_many(trainer, jax.random.key(6), [0, 0], chunk_epochs=2)
     start = _networks(state)

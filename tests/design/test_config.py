@@ -46,6 +46,7 @@ def test_toml_then_options_override_the_preset(tmp_path):
                                      "\\(got 'speed'\\)"),
     ("pretrain_epochs = 75\n", "chunk_epochs \\(50\\) must divide pretrain_epochs \\(75\\)"),
     ("pretrain_epochs = -50\n", "pretrain_epochs must be at least 0 \\(got -50\\)"),
+    ("start_hold_epochs = -1\n", "start_hold_epochs must be at least 0 \\(got -1\\)"),
 ])
 def test_bad_configs_are_refused_with_the_field_named(tmp_path, text, message):
     path = tmp_path / "bad.toml"

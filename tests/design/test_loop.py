@@ -41,6 +41,7 @@ bootstrap_races = 4
 tac_min_preferences = 5
 warm_start = true
 pretrain_epochs = 10
+start_hold_epochs = 3
 """
 ITERATION = ("generate", "select", "train", "race", "judge", "rank")
 STAGES = (["bootstrap", "pretrain/train"] + [f"iter{k}/{s}" for k in (1, 2) for s in ITERATION]
@@ -101,19 +102,25 @@ def test_every_stage_writes_its_files(finished):
     pretrained_alpha = pretrained["alpha"][0][-1]
     for stage, runs in (("iter1", curves1), ("final", json.loads((run / "final/train/curves.json").read_text()))):
         start = json.loads((run / stage / "train" / "start.json").read_text())
-        assert start == {"pretrained": "progress", "runs": [0] * 3, "alpha": [pretrained_alpha] * 3}, stage
-        for r in range(3):  # the warm-up's first epoch updates nothing: its temperature is the pretrained one
-            assert runs["alpha"][r][0] == pytest.approx(pretrained_alpha, rel=1e-5)
-        assert f"{stage}/train: from the agents pretrained on progress" in (run / "log.txt").read_text()
-    assert "trained on from the agent pretrained on progress" in (run / "report.html").read_text()
+        assert start == {"pretrained": "progress", "runs": [0] * 3, "alpha": [pretrained_alpha] * 3,
+                         "actor_hold_epochs": 3}, stage
+        for r in range(3):  # the temperature is the pretrained one through the warm-up (2) and the hold (3)
+            assert runs["alpha"][r][:5] == pytest.approx([pretrained_alpha] * 5, rel=1e-5)
+            assert runs["alpha"][r][5] != pytest.approx(pretrained_alpha, rel=1e-5)
+        assert (f"{stage}/train: from the agents pretrained on progress" in (run / "log.txt").read_text()
+                and "the actor held for 3 epochs" in (run / "log.txt").read_text())
+    report = (run / "report.html").read_text()
+    assert "trained on from the agent pretrained on progress" in report
+    assert "For its first 3 epochs after the warm-up the actor and temperature were held" in report
     # Iteration 2 trains on from iteration 1's best agent (warm_start), not from the pretrained one.
     curves2 = json.loads((run / "iter2" / "train" / "curves.json").read_text())
     (parent,) = [r for r, x in enumerate(curves1["runs"]) if x["candidate"] == best]
     start = json.loads((run / "iter2" / "train" / "start.json").read_text())
     last_alpha = curves1["alpha"][parent][-1]
-    assert start == {"iteration": 1, "candidate": best, "runs": [parent] * 3, "alpha": [last_alpha] * 3}
-    for r in range(3):  # the warm-up's first epoch updates nothing: its temperature is the parent's last
-        assert curves2["alpha"][r][0] == pytest.approx(last_alpha, rel=1e-5)
+    assert start == {"iteration": 1, "candidate": best, "runs": [parent] * 3, "alpha": [last_alpha] * 3,
+                     "actor_hold_epochs": 3}
+    for r in range(3):  # the warm-up and the hold update no temperature: it is the parent's last
+        assert curves2["alpha"][r][:5] == pytest.approx([last_alpha] * 5, rel=1e-5)
     assert f"iter2/train: warm start from iter1's best, {best}" in (run / "log.txt").read_text()
     assert f"trained on from the agent of iteration 1's best, {best} (warm start" in (run / "report.html").read_text()
     # Every request and reply is recorded; iteration 2's prompts hold iteration 1's feedback, and the
