@@ -172,10 +172,17 @@ def _diff(old: str, new: str) -> str:
 
 
 def _videos(paths: list[tuple[str, str]]) -> str:
+    """Figures of (path, caption) clips: mp4 as a video, GIF (written where ffmpeg failed) as an image."""
     if not paths:
         return ""
-    figures = "".join(f'<figure><video src="{_e(p)}" controls muted loop width="320"></video>'
-                      f"<figcaption>{_e(caption)}</figcaption></figure>" for p, caption in paths)
+
+    def media(p: str, caption: str) -> str:
+        if p.lower().endswith(".gif"):
+            return f'<img src="{_e(p)}" alt="{_e(caption)}" width="320">'
+        return f'<video src="{_e(p)}" controls muted loop width="320"></video>'
+
+    figures = "".join(f"<figure>{media(p, caption)}<figcaption>{_e(caption)}</figcaption></figure>"
+                      for p, caption in paths)
     return f'<div class="videos">{figures}</div>'
 
 
@@ -422,7 +429,8 @@ def _final(run: RunDir) -> str:
     out.append(_start_note(run, "final"))
     if run.exists("final/train/curves.json"):
         out.append(_curves(run.read_json("final/train/curves.json")))
-    videos = sorted(p.relative_to(run.path) for p in run.file("final/videos").glob("*"))
+    # (a `.tmp-` file is one that a killed render left half-written)
+    videos = sorted(p.relative_to(run.path) for p in run.file("final/videos").glob("[!.]*"))
     out.append(_videos([(str(p), p.stem) for p in videos]))
     return "".join(out)
 

@@ -106,9 +106,12 @@ def write_video(frames: np.ndarray, path: str | Path, fps: float = 10.0) -> Path
     if path.suffix.lower() != ".gif":
         try:
             imageio.mimwrite(path, list(frames), fps=fps, codec="libx264", quality=7, macro_block_size=1)
-            return path
-        except Exception:  # noqa: BLE001 (no ffmpeg: fall back to GIF)
-            path = path.with_suffix(".gif")
+            if path.is_file() and path.stat().st_size > 0:
+                return path
+        except Exception:  # noqa: BLE001 (no ffmpeg, or a broken one: fall back to GIF)
+            pass
+        path.unlink(missing_ok=True)  # a writer that failed may have left part of a file
+        path = path.with_suffix(".gif")
     imageio.mimwrite(path, list(frames), duration=1000.0 / fps, loop=0)
     return path
 

@@ -1,10 +1,11 @@
-"""The report's tokens per stage come from the run's LLM record (generator and judge); its notes on training."""
+"""The report's tokens per stage come from the run's LLM record (generator and judge); its notes on training;
+its clips as video or, where ffmpeg failed and a GIF was written, as an image."""
 
 import dataclasses
 import json
 
 from jaxrace.design.config import load_config
-from jaxrace.design.report import _kept_note, _tokens_by_stage, _training_notes
+from jaxrace.design.report import _kept_note, _tokens_by_stage, _training_notes, _videos
 from jaxrace.design.rundir import RunDir
 
 
@@ -40,3 +41,11 @@ def test_the_report_says_whether_the_final_job_kept_policies_or_weight_averages(
     averaged = _kept_note({**kept, "averaged_policies": 5}, runs)
     assert "the mean of the parameters of each run's last 5 judged policies (weight averaging) raced 8" in averaged
     assert _kept_note({**kept, "averaged_policies": 1}, runs) == plain
+
+
+def test_a_gif_clip_is_shown_as_an_image_and_an_mp4_as_a_video():
+    html = _videos([("final/videos/a-race0-slot0.mp4", "a <mp4>"), ("final/videos/b-race0-slot0.GIF", "b")])
+    assert html.count("<figure>") == 2
+    assert '<video src="final/videos/a-race0-slot0.mp4" controls' in html and "a &lt;mp4&gt;" in html
+    assert '<img src="final/videos/b-race0-slot0.GIF" alt="b"' in html and html.count("<video") == 1
+    assert _videos([]) == ""

@@ -203,6 +203,28 @@ def test_a_clip_is_written_and_reads_back_with_the_expected_frames(oval, tmp_pat
         render_clip(env, params, states, tmp_path / "long.mp4", seconds=10.0)
 
 
+@pytest.mark.parametrize("ffmpeg", ["missing", "writes nothing"])
+def test_a_video_falls_back_to_gif_without_a_working_ffmpeg_and_leaves_no_mp4(tmp_path, monkeypatch, ffmpeg):
+    import imageio.v2 as imageio
+
+    from jaxrace.envs.video import write_video
+
+    exe = tmp_path / "ffmpeg"
+    if ffmpeg == "writes nothing":  # exits 0 and writes no file, as a stub binary would
+        exe.write_text("#!/bin/sh\nexit 0\n")
+        exe.chmod(0o755)
+    monkeypatch.setenv("IMAGEIO_FFMPEG_EXE", str(exe))
+    frames = np.zeros((6, 16, 24, 3), np.uint8)
+    frames[:, :, :12, 0] = 200
+    for i in range(6):  # frames that differ (a GIF writer merges equal ones)
+        frames[i, :4, 12 + 2 * i:14 + 2 * i, 1] = 255
+    written = write_video(frames, tmp_path / "videos" / "clip.mp4")
+    assert written == tmp_path / "videos" / "clip.gif"
+    assert sorted(p.name for p in written.parent.iterdir()) == ["clip.gif"]
+    back = np.asarray(imageio.mimread(written))
+    assert back.shape[0] == 6 and back[0, 0, 0, 0] > 150 and back[0, 0, -1, 0] < 50
+
+
 @pytest.mark.parametrize("count", [1, 2, 3, 7, 8, 10])
 def test_select_by_bits_picks_the_indexed_value(count):
     from jaxrace.envs.render import select_by_bits
