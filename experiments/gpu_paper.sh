@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The `paper` preset on one GPU (issue 15), sized to one 10-minute lease: the short version of
 # its whole loop (experiments/paper_short.toml through bench_design.py --runs 1), then, with the
-# time left, XLA:GPU's own memory figures for the full preset's 10-run job (train_memory.py).
+# time left (20 s are kept for packing), XLA:GPU's own memory figures for the full preset's 10-run job (train_memory.py).
 # The device's memory in use is logged every second (preallocation off, so the figure is what
 # the job holds), and JAX logs every compile with its time. Everything lands in $OUT: the log,
 # the memory trace, the results JSONs and the run directory packed small (no file over 4 MiB).
@@ -32,8 +32,8 @@ pack() {
 }
 trap pack EXIT
 
-echo "== $(date +%T) the short paper loop (at most $((deadline - SECONDS - 60)) s)"
-JAX_LOG_COMPILES=1 JAXRACE_RESULTS_TAG=paper-short-$tag timeout --kill-after=5 $((deadline - SECONDS - 60)) \
+echo "== $(date +%T) the short paper loop (at most $((deadline - SECONDS - 20)) s)"
+JAX_LOG_COMPILES=1 JAXRACE_RESULTS_TAG=paper-short-$tag timeout --kill-after=5 $((deadline - SECONDS - 20)) \
     "$python" experiments/bench_design.py --preset paper --config experiments/paper_short.toml --runs 1 \
     --keep "$keep" >"$out/design.log" 2>&1
 echo "== exit $? at $(date +%T)"
