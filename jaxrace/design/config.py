@@ -111,6 +111,11 @@ class DesignConfig:
     # a run started from another agent (warm_start or pretrain_epochs) holds its actor and temperature
     # for this many epochs after the warm-up while its critic learns the new reward (HParams.actor_hold_epochs)
     start_hold_epochs: int = 0
+    # an iteration after the first races the best candidate carried over with the agent it trained
+    # (its iteration's, saved), instead of training it again on a new key, and trains N others
+    # beside it: retraining one reward varies the car as much as rewards differ. Off with several
+    # processes (every carried best then trains again)
+    reuse_carried_agent: bool = False
     reward_scale: float = 0.1
     n_step: int = 5
     # policy averaging (TrainConfig.actor_average): races, selection and the saved agents use a moving

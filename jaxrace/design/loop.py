@@ -465,9 +465,12 @@ class Loop:
         c = self.config
         candidates = self.run.read_json(f"iter{k}/candidates.json")
         names = [x["name"] for x in candidates]
+        # a carried best raced with its saved agent is kept beside the N trained
+        reused = self._carried_untuned(k, candidates) if self._reuses_agents(k) else None
+        n = c.n + (reused is not None)
         labelled = self.store.count_labelled()
         tac_scores = None
-        if labelled >= c.tac_min_preferences and len(names) > c.n:
+        if labelled >= c.tac_min_preferences and len(names) > n:
             from jaxrace.rewards.tac import tac
 
             bank = self._bank(f"iter{k}/candidates", names)
@@ -477,13 +480,15 @@ class Loop:
                                             jnp.asarray(labels), variant="b"))
             carried = [i for i, x in enumerate(candidates) if x["origin"].startswith("carried")]
             order = carried + [int(i) for i in np.argsort(-tac_scores, kind="stable") if int(i) not in carried]
-            selected = sorted(order[:c.n])
-            reason = f"the top {c.n} of {len(names)} by TAC (tau-b) over {labelled} stored preferences"
+            selected = sorted(order[:n])
+            reason = f"the top {n} of {len(names)} by TAC (tau-b) over {labelled} stored preferences"
         else:
-            selected = list(range(min(c.n, len(names))))
+            selected = list(range(min(n, len(names))))
             reason = (f"TAC needs at least {c.tac_min_preferences} stored preferences and the store holds {labelled}: "
-                      f"kept the first {len(selected)}" if len(names) > c.n else
+                      f"kept the first {len(selected)}" if len(names) > n else
                       f"all {len(names)} candidates fit the N={c.n} trained")
+        if reused is not None:
+            reason += f"; {reused} races with its agent from iteration {k - 1}"
         self.run.log(f"iter{k}/select: {reason}")
         self.run.write_json(f"iter{k}/select.json", {
             "selected": [names[i] for i in selected], "reason": reason, "labelled_preferences": labelled,
@@ -504,6 +509,21 @@ class Loop:
         if rank["best"] is None:
             return None
         return rank["best"], rank.get("best_folder", f"iter{k}/candidates")
+
+    @staticmethod
+    def _carried_untuned(k: int, candidates: list[dict]) -> str | None:
+        """The name of iteration k's best candidate carried from k - 1 with its weights as they were."""
+        return next((x["name"] for x in candidates if x["origin"] == f"carried from iteration {k - 1}"), None)
+
+    def _reuses_agents(self, k) -> bool:
+        return self.config.reuse_carried_agent and isinstance(k, int) and k > 1 and jax.process_count() == 1
+
+    def _reused(self, k) -> str | None:
+        """The candidate of stage k that races with its saved agent instead of training again; None if none."""
+        if not self._reuses_agents(k):
+            return None
+        name = self._carried_untuned(k, self.run.read_json(f"iter{k}/candidates.json"))
+        return name if name in self._runs(k)[0] else None
 
     @staticmethod
     def _compile_fn():
@@ -565,7 +585,9 @@ class Loop:
             self._prepare_final()
         if k == "pretrain":
             self._prepare_pretrain()
-        runs = len(self._runs(k)[0]) * c.seeds
+        reused = self._reused(k)
+        trained = [n for n in self._runs(k)[0] if n != reused]
+        runs = len(trained) * c.seeds
         # A job whose runs do not split over every process's devices trains on process 0's alone.
         alone = jax.process_count() > 1 and runs % jax.device_count() != 0
         placement = job_placement(runs, jax.device_count(), jax.process_count())
@@ -573,7 +595,7 @@ class Loop:
             self.run.log(f"{self._dir(k)}/train: {placement}")
         broadcast_json({"train": k, "last_iteration": self.last_iteration, "alone": alone})
         epochs = self._epochs(k)
-        with self.display.task(f"{self._dir(k)}/train: {len(self._runs(k)[0])} x {c.seeds} runs (compile first)",
+        with self.display.task(f"{self._dir(k)}/train: {len(trained)} x {c.seeds} runs (compile first)",
                                total=epochs) as advance:
             done = [0]
 
@@ -588,6 +610,13 @@ class Loop:
         failed = np.asarray(history.failed[:, -1], bool) | ~np.all(np.isfinite(curves["reward"]), axis=1)
         runs = [{"candidate": names[int(i)], "seed": s % c.seeds, "failed": bool(failed[s])}
                 for s, i in enumerate(reward_index)]
+        if reused is not None:  # its runs as they trained in iteration k - 1, after the trained ones
+            earlier = self.run.read_json(f"iter{k - 1}/train/curves.json")
+            picks = [r for r, run in enumerate(earlier["runs"]) if run["candidate"] == reused]
+            runs += [earlier["runs"][r] | {"reused_from": earlier["runs"][r].get("reused_from", k - 1)}
+                     for r in picks]
+            curves = {f: np.concatenate([v, np.asarray(earlier[f], np.float64)[picks]]) for f, v in curves.items()
+                      if f != "failed"}
         self.run.write_json(f"{self._dir(k)}/train/curves.json", {
             "runs": runs, "epochs": epochs, "env_steps_per_epoch": c.num_envs * c.rollout_steps,
             **{f: v for f, v in curves.items() if f != "failed"}})
@@ -610,6 +639,8 @@ class Loop:
 
         c = self.config
         names, folder = self._runs(k)
+        reused = self._reused(k)
+        names = [n for n in names if n != reused]
         trainer = self._trainer(k, self._bank(folder, names))
         shutil.rmtree(self.run.file(f"{self._dir(k)}/train/job.ckpt.deleting"), ignore_errors=True)
         keep = self._keep_best(trainer) if k == "final" and c.keep_best_every else None
@@ -630,7 +661,16 @@ class Loop:
                     "judged": [{"epoch": e, "task_score": [-x for x in s]} for e, s in keep.history],
                     "races": c.select_races, "every_chunks": c.keep_best_every,
                     "averaged_policies": c.keep_best_average})
-        save_checkpoint(self.run.file(f"{self._dir(k)}/train/agents"), {"actor": actor, "critic": state.critic},
+        critic = state.critic
+        if reused is not None:  # (single process: `_reuses_agents`)
+            earlier = self.run.read_json(f"iter{k - 1}/train/curves.json")["runs"]
+            picks = np.asarray([r for r, run in enumerate(earlier) if run["candidate"] == reused])
+            old_actor, old_critic = self._actors(k - 1, trainer, len(earlier), critic=True)
+            actor, critic = (jax.tree.map(lambda a, b: np.concatenate([np.asarray(a), np.asarray(b)[picks]]), new, old)
+                             for new, old in ((to_host(actor), old_actor), (to_host(critic), old_critic)))
+            self.run.log(f"{self._dir(k)}/train: {reused} races with its agent from iteration {k - 1} "
+                         f"(runs {picks.tolist()} there), not trained again")
+        save_checkpoint(self.run.file(f"{self._dir(k)}/train/agents"), {"actor": actor, "critic": critic},
                         trainer.config.epochs, local=alone)
         return names, to_host(history), to_host(reward_index)
 

@@ -218,6 +218,8 @@ def _iteration(run: RunDir, k: int, previous_best: tuple[str, str] | None) -> tu
     if select:
         out.append(f'<p class="note">Selection: {_e(select["reason"])}.</p>')
     trained = run.done(f"{d}/train")
+    reused = ({r["candidate"]: r["reused_from"] for r in run.read_json(f"{d}/train/curves.json")["runs"]
+               if "reused_from" in r} if trained else {})
     rows, classes = [], []
     order = rank["order"] if rank else [c["name"] for c in candidates]
     order += [c["name"] for c in candidates if c["name"] not in order]
@@ -231,7 +233,8 @@ def _iteration(run: RunDir, k: int, previous_best: tuple[str, str] | None) -> tu
             i = rank["names"].index(name)
             score, err = rank["scores"][i], rank["stderr"][i]
         diverged = bool(rank and rank["failed"].get(name))
-        status = ("not trained" if not chosen else "failed in training" if diverged else "trained" if trained
+        status = ("not trained" if not chosen else "failed in training" if diverged
+                  else f"its agent from iteration {reused[name]}" if name in reused else "trained" if trained
                   else "selected; training not finished")
         bt = "-" if score is None else f"{score:+.2f} &plusmn; {err:.2f}"
         race = rank["races"].get(name, {}) if rank else {}

@@ -216,6 +216,67 @@ def test_another_config_on_the_same_directory_is_refused(setup, finished):
     assert (finished / "stages.json").read_text() == before
 
 
+REUSE_ITERATION_2 = """
+import json, shutil, sys
+import jax
+import numpy as np
+from jaxrace.design.config import load_config
+from jaxrace.design.loop import Loop
+from jaxrace.design.progress import Display
+from jaxrace.design.rundir import RunDir
+
+path, config = sys.argv[1], sys.argv[2]
+for stale in ("train", "race", "videos"):
+    shutil.rmtree(f"{path}/iter2/{stale}")
+loop = Loop(load_config("quick", config, reuse_carried_agent=True), RunDir(path), Display(quiet=True))
+loop.last_iteration = 2
+for stage in (loop.select, loop.train, loop.race, loop.judge_pairs, loop.rank):
+    stage(2)
+trainer = loop._trainer(2, loop._bank("iter1/candidates", [loop._best(1)[0]]))
+sums = {}
+for k in (1, 2):
+    runs = len(json.load(open(f"{path}/iter{k}/train/curves.json"))["runs"])
+    actor = loop._actors(k, trainer, runs)
+    sums[k] = [sum(float(np.abs(np.asarray(x[r], np.float64)).sum()) for x in jax.tree.leaves(actor))
+               for r in range(runs)]
+print(json.dumps(sums))
+"""
+
+
+def test_a_carried_best_races_again_with_its_saved_agent_when_reuse_is_on(setup, finished, tmp_path):
+    """reuse_carried_agent on a copy of the finished run, iteration 2 again: the carried best is not
+    trained again but races with iteration 1's agent, beside N=3 new candidates that train."""
+    import shutil
+
+    _, config, env = setup
+    run = tmp_path / "reuse"
+    shutil.copytree(finished, run)
+    out = subprocess.run([sys.executable, "-c", REUSE_ITERATION_2, str(run), str(config)], env=env,
+                         capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
+    assert out.returncode == 0, out.stderr[-3000:]
+    best = json.loads((run / "iter1" / "rank.json").read_text())["best"]
+    names = [c["name"] for c in json.loads((run / "iter2" / "candidates.json").read_text())]
+    select = json.loads((run / "iter2" / "select.json").read_text())
+    assert select["selected"] == names and len(names) == 4  # the carried best and the 3 that train
+    assert select["reason"].endswith(f"; {best} races with its agent from iteration 1")
+    before = json.loads((run / "iter1" / "train" / "curves.json").read_text())
+    curves = json.loads((run / "iter2" / "train" / "curves.json").read_text())
+    assert [r["candidate"] for r in curves["runs"]] == names[1:] + [best]
+    assert curves["runs"][-1] == {"candidate": best, "seed": 0, "failed": False, "reused_from": 1}
+    (r1,) = [r for r, x in enumerate(before["runs"]) if x["candidate"] == best]
+    assert curves["progress"][-1] == before["progress"][r1] and curves["alpha"][-1] == before["alpha"][r1]
+    assert curves["progress"][0] != before["progress"][r1]  # the others trained
+    # Its saved actor is iteration 1's (the sum of its absolute weights, per run); the others are new.
+    sums = json.loads(out.stdout.strip().splitlines()[-1])
+    assert len(sums["1"]) == 3 and len(sums["2"]) == 4 and sums["2"][3] == sums["1"][r1]
+    assert not set(sums["2"][:3]) & set(sums["1"])
+    metrics = json.loads((run / "iter2" / "race" / "metrics.json").read_text())
+    assert [r["candidate"] for r in metrics["runs"]] == names[1:] + [best] and len(metrics["races"]) == 4
+    assert len(json.loads((run / "iter2" / "judge.json").read_text())) == 6 * 2  # C(4, 2) pairs x 2 slots
+    assert len(json.loads((run / "iter2" / "rank.json").read_text())["scores"]) == 4
+    assert f"iter2/train: {best} races with its agent from iteration 1" in (run / "log.txt").read_text()
+
+
 def wait_for_line(log: Path, text: str, proc, timeout_s: float = RUN_TIMEOUT_S) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
