@@ -83,13 +83,14 @@ def pretrain_steps(run_dir: Path) -> int:
 
 def search_steps(run_dir: Path) -> int:
     """Env steps trained before the final job: pretraining (every seed) and the iterations (every
-    candidate and seed)."""
+    candidate and seed; a carried best raced with its earlier agent, `reused_from`, trained nothing)."""
     total = 0
     for curves in sorted(run_dir.glob("*/train/curves.json")):
         if curves.parent.parent.name == "final":
             continue
         c = json.loads(curves.read_text())
-        total += len(c["runs"]) * c["epochs"] * c["env_steps_per_epoch"]
+        trained = [r for r in c["runs"] if "reused_from" not in r]
+        total += len(trained) * c["epochs"] * c["env_steps_per_epoch"]
     return total
 
 
