@@ -2,7 +2,9 @@
 
 It is not an LLM. It picks terms (always one that pays for progress), their weights and
 a structure from a key, leaning on words in the task ("cleanly" makes the collision
-terms certain, "win" or "overtake" the passing terms, and so on), and writes each
+terms certain, "win" or "overtake" the passing terms, and so on; a term the task names
+is never weighted below its library weight, so "cleanly" never draws a rear-end at a
+third of the library's price), and writes each
 candidate as a reward program with its weights in PARAMS. It lets the reward-design
 loop run end to end with no network; the programs it writes go through the same
 compiler as an LLM's.
@@ -115,13 +117,16 @@ def _fresh(rng: np.random.Generator, certain: list[str]) -> tuple[list[str], str
     extra += [str(t) for t in rng.choice(optional, size=k, replace=False)]
     terms += [t for t in TERMS if t in extra and t not in terms]  # a stable order
     structure = str(rng.choice(list(STRUCTURES)))
-    weights = {t: float(TERMS[t][1] * np.exp(rng.uniform(np.log(0.3), np.log(3.0)))) for t in terms}
+    # a term the task names is weighted at 1-3x its library weight, any other at 0.3-3x
+    weights = {t: float(TERMS[t][1] * np.exp(rng.uniform(0.0 if t in certain else np.log(0.3), np.log(3.0))))
+               for t in terms}
     return terms, structure, weights, float(rng.uniform(5.0, 30.0))
 
 
 def _mutant(rng: np.random.Generator, parent: ProposedReward,
             certain: list[str]) -> tuple[list[str], str, dict[str, float], float]:
-    """The parent with its weights jittered (x e^N(0, 0.35)), and now and then a term added or dropped."""
+    """The parent with its weights jittered (x e^N(0, 0.35); a term the task names not below its library
+    weight), and now and then a term added or dropped."""
     terms = list(parent.terms)
     optional = [t for t in TERMS if t not in terms and t not in PROGRESS_TERMS]
     droppable = [t for t in terms if t not in certain and t not in PROGRESS_TERMS]
@@ -131,7 +136,8 @@ def _mutant(rng: np.random.Generator, parent: ProposedReward,
         terms.remove(str(rng.choice(droppable)))
     terms = [t for t in TERMS if t in terms]
     structure = str(rng.choice(list(STRUCTURES))) if rng.uniform() < 0.2 else parent.structure
-    weights = {t: float(parent.weights.get(t, TERMS[t][1]) * np.exp(rng.normal(0.0, 0.35))) for t in terms}
+    jittered = {t: float(parent.weights.get(t, TERMS[t][1]) * np.exp(rng.normal(0.0, 0.35))) for t in terms}
+    weights = {t: max(w, TERMS[t][1]) if t in certain else w for t, w in jittered.items()}
     return terms, structure, weights, float(np.clip(parent.cap * np.exp(rng.normal(0.0, 0.2)), 1.0, 100.0))
 
 

@@ -1,3 +1,5 @@
+import dataclasses
+
 import jax
 import pytest
 
@@ -36,6 +38,21 @@ def test_for_a_clean_task_a_rear_end_costs_more_than_a_place_pays():
     assert all("positions" in p.weights for p in proposals)  # "back of the grid" makes it certain
     for p in proposals:
         assert p.weights["rear_end"] + p.weights["contact"] > 2.0 * p.weights["positions"], p.source
+
+
+def test_a_term_the_task_names_is_never_weighted_below_its_library_weight():
+    from jaxrace.rewards.proposer import TERMS
+
+    fresh = [p for k in range(8) for p in propose(TASK, 6, jax.random.key(k))]
+    light = propose(TASK, 1, jax.random.key(4))[0]
+    light = dataclasses.replace(light, weights={t: 0.1 * w for t, w in light.weights.items()})
+    children = propose(TASK, 6, jax.random.key(5), parents=(light,))
+    for p in fresh + children:
+        for t in ("rear_end", "contact", "positions", "off_course", "wall", "finish"):  # named by TASK
+            assert p.weights[t] >= TERMS[t][1], (t, p.weights[t])
+    # a term the task does not name still draws below its library weight
+    assert any(p.weights[t] < TERMS[t][1] for p in fresh for t in p.weights
+               if t in ("slip", "heading", "edge", "kerb", "steering_effort", "speed_match", "time"))
 
 
 def test_a_hostile_task_text_cannot_break_the_program():
