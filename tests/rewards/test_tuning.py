@@ -1,5 +1,7 @@
 """Weight tuning from preferences: known answers, the exact posterior, invariances, one call for N."""
 
+import math
+
 import numpy as np
 import pytest
 from tuning_data import LINEAR, racing_clips
@@ -24,7 +26,7 @@ def synthetic_problem(pairs=3000, beta=2.0, seed=0, wrong=(1.0, 0.4, -2.0)):
 @pytest.mark.parametrize("method", ["grad", "mh", "soft-tac"])
 def test_every_method_recovers_the_generating_weight_ratios(method):
     model, defaults, mask, first, second, labels = synthetic_problem()
-    config = TuningConfig(method=method, beta=2.0)
+    config = TuningConfig(method=method, beta=2.0, max_factor=math.inf)  # the answer is 10x a default
     out = fit_returns(model, defaults, mask, first, second, labels, config)
     w = defaults[0] * np.exp(out["theta"][0])
     ratios = w[1:] / w[0]
@@ -33,6 +35,22 @@ def test_every_method_recovers_the_generating_weight_ratios(method):
     assert acc_after > acc_before + 0.03 and acc_after > 0.75
     if method == "mh":
         assert 0.1 < out["acceptance"][0] < 0.9 and np.all(out["ess"][0] > 20) and np.all(out["rhat"][0] < 1.2)
+
+
+@pytest.mark.parametrize("method", ["grad", "mh", "soft-tac"])
+def test_a_tuned_weight_stays_within_max_factor_of_its_default(method):
+    model, defaults, mask, first, second, labels = synthetic_problem()  # the answer is 10x the second default
+    out = fit_returns(model, defaults, mask, first, second, labels, TuningConfig(method=method, beta=2.0))
+    factor = np.exp(np.abs(out["theta"][0]))
+    assert np.all(factor <= 3.0 * (1 + 1e-5)), factor
+    # it moves as far as it may towards the answer: the second weight up, and the others down for the ratio
+    w = defaults[0] * np.exp(out["theta"][0])
+    assert w[1] / w[0] > 0.4 * 3.0 and factor[1] > 2.5, w
+    unbounded = fit_returns(model, defaults, mask, first, second, labels,
+                            TuningConfig(method=method, beta=2.0, max_factor=math.inf))
+    assert np.max(np.exp(np.abs(unbounded["theta"][0]))) > 3.0
+    with pytest.raises(ValueError, match="max_factor > 1"):
+        TuningConfig(max_factor=1.0)
 
 
 def exact_log_posterior(theta, fixed, feature, first, second, y, beta, prior):
@@ -53,7 +71,7 @@ def test_metropolis_hastings_samples_the_exact_posterior_of_one_weight():
     first, second = np.arange(pairs), pairs + np.arange(pairs)
     model = {"base": fixed[None].astype(np.float32), "jacobian": feature[None, :, None].astype(np.float32)}
     config = TuningConfig(method="mh", beta=0.9, prior_scale=1.0, holdout=0.0, chains=16, steps=3000, burn_in=500,
-                          step_size=0.8)
+                          step_size=0.8, max_factor=math.inf)
     out = fit_returns(model, np.ones((1, 1), np.float32), np.ones((1, 1), np.float32), first, second, labels,
                       config)
     samples = out["samples"][0].reshape(-1)
@@ -181,17 +199,21 @@ def test_tune_finds_the_weight_an_llm_got_wrong_and_guards_the_rest(programs):
 
     linear, nonlinear, _ = programs
     first, second, labels = racing_clips()
-    result = tune(RewardBank.from_compiled([linear]), first, second, labels, TuningConfig(method="grad", beta=2.0))
+    free = TuningConfig(method="grad", beta=2.0, max_factor=math.inf)  # the answer is 20x the defaults' ratio
+    result = tune(RewardBank.from_compiled([linear]), first, second, labels, free)
     one = result["linear"]
     assert one.returns == "linear" and one.tuned, one.reason
     assert one.params["w_off"] / one.params["w_speed"] == pytest.approx(20.0, rel=0.3)
+    # by default each weight moves at most 3x in one tuning, so the ratio goes as far as 3 x 3
+    bounded = tune(RewardBank.from_compiled([linear]), first, second, labels, TuningConfig(method="grad", beta=2.0))
+    assert bounded["linear"].params["w_off"] / bounded["linear"].params["w_speed"] == pytest.approx(9.0, rel=1e-3)
     assert one.heldout_accuracy_after > one.heldout_accuracy_before + 0.05 and one.heldout_pairs == 45
     assert one.heldout_loglik_after > one.heldout_loglik_before
     np.testing.assert_allclose(result.params[0], [one.params["w_speed"], one.params["w_off"]], rtol=1e-6)
 
     # a program not linear in its weights: every step evaluates it on the clips; in one call with the other
     both = tune(RewardBank.from_compiled([linear, nonlinear]), first, second, labels,
-                TuningConfig(method="grad", beta=2.0, grad_steps=150, restarts=2))
+                TuningConfig(method="grad", beta=2.0, grad_steps=150, restarts=2, max_factor=math.inf))
     assert (both["linear"].returns, both["nonlinear"].returns) == ("linear", "exact") and both.params.shape == (2, 2)
     assert both["linear"].params["w_off"] / both["linear"].params["w_speed"] == pytest.approx(20.0, rel=0.3)
     assert both["nonlinear"].tuned or "held-out" in both["nonlinear"].reason
