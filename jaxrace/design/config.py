@@ -140,6 +140,10 @@ class DesignConfig:
     # race's end): the judge sees who finished where, not only the start and the busiest moments
     clip_finish: bool = True
     clip_finish_after_s: float = 2.0
+    # each race is one clip from the start to the race's end (clips_per_race 1; clip_seconds and clip_finish
+    # then do not apply): the judge compares whole races, so a clean start cannot outweigh the finish, and
+    # contacts and course-outs anywhere in the race count (the final job's selection races score so too)
+    clip_whole_race: bool = False
     videos_per_candidate: int = 1
     judge_beta: float = float("inf")
     judge_mistake: float = 0.0
@@ -224,6 +228,9 @@ class DesignConfig:
             problems.append(f"judge_port must be at most 65535 (got {self.judge_port})")
         if self.clip_seconds <= 0:
             problems.append(f"clip_seconds must be positive (got {self.clip_seconds})")
+        if self.clip_whole_race and self.clips_per_race != 1:
+            problems.append(f"clip_whole_race makes each race one clip: clips_per_race must be 1 (got "
+                            f"{self.clips_per_race})")
         if self.llm == "openai" and not self.model:
             problems.append("llm 'openai' needs a model (--model, or JAXRACE_LLM_MODEL / OPENAI_MODEL)")
         if self.judge == "vlm" and self.llm != "replay" and not (self.judge_model or self.model):

@@ -84,6 +84,11 @@ class Envs:
     trial_params: object  # for race_env: no opponent taking part, two laps (the time trial)
     trial_steps: int
 
+    @property
+    def clip_seconds(self) -> float:
+        """A clip's length in seconds (the whole race with `clip_whole_race`)."""
+        return self.clip_steps * self.race_env.static.dt
+
     def race_fields(self, key: jax.Array, races: int):
         """Race params with a leading race axis: each race its own field (`jaxrace.envs.race_fields`)."""
         from jaxrace.envs import race_fields
@@ -131,7 +136,7 @@ class Envs:
         trial_params = field(race_env, trial_params)
         dt = race_env.static.dt
         steps = math.ceil(config.race_laps * ref_lap / config.ai_skill * 1.3 / dt)
-        clip_steps = min(max(1, round(config.clip_seconds / dt)), steps)
+        clip_steps = steps if config.clip_whole_race else min(max(1, round(config.clip_seconds / dt)), steps)
         return cls(train_env, train_params, race_env, race_params, steps, clip_steps, ref_lap, trial_params,
                    math.ceil(2.3 * ref_lap / dt))
 
@@ -262,7 +267,7 @@ class Loop:
                                  model=c.judge_model or c.model or None, replay_from=c.replay_from or None,
                                  role="judge")
                 self._vlm = VLMJudge(chat, c.task, root=self.run.path, frames=c.judge_frames,
-                                     seconds=c.clip_seconds)
+                                     seconds=self.envs.clip_seconds)
             return self._vlm
         if c.judge == "human":
             if self._human is None:
@@ -907,7 +912,7 @@ class Loop:
             elif seed == 0:
                 wanted += [(name, r, i, j) for i, j in slots[:c.videos_per_candidate]]
 
-        paths = self._videos(d, wanted, states, starts=starts, seconds=c.clip_seconds)
+        paths = self._videos(d, wanted, states, starts=starts, seconds=self.envs.clip_seconds)
         return {(r, i, j): p for (_, r, i, j), p in zip(wanted, paths, strict=True)}
 
     def _videos(self, d, wanted, states, *, starts=((0,),), seconds: float) -> list[str]:
