@@ -12,13 +12,13 @@ JUDGES = ("scripted", "vlm", "human")
 ACTOR_INPUTS = ("state", "pixels")
 # Where the human judge's page listens and how long it waits: a resumed run may change them.
 OPERATIONAL = ("judge_host", "judge_port", "judge_timeout_s")
-# Fields whose default (or a preset's value) differs from what a run directory that predates the field
-# ran with, and that value. Such a run resumes with that value, not the command's (its networks' input
-# sizes, or its final job's checkpoints, depend on it), so a command with the new value is refused with
-# the field named.
+# Fields that a run directory may predate, and the value such a run ran with. It resumes with that value,
+# not the command's (its networks' input sizes, its final job's checkpoints or its stored clips depend on
+# it), so a command with another value is refused with the field named (and, where the default has
+# changed since, how to resume).
 PREDATED_VALUES = {"lane_headway": False, "offtrack_start_prob": 0.0, "keep_best_average": 1,
                    "clip_finish": False, "judge_standing": False,
-                   "judge_standing_at": "end"}
+                   "judge_standing_at": "end", "clip_whole_race": False}
 
 
 @dataclasses.dataclass(frozen=True)

@@ -75,6 +75,13 @@ def _toml(value) -> str:
     return str(value).lower() if isinstance(value, bool) else repr(value)
 
 
+def _preset_value(config: DesignConfig, field: str):
+    """The field's value in the config's preset today (its default where the preset is unknown)."""
+    from jaxrace.design.config import PRESETS
+
+    return getattr(PRESETS.get(config.preset, DesignConfig()), field)
+
+
 class RunDir:
     """One reward-design run on disk."""
 
@@ -95,7 +102,7 @@ class RunDir:
             elif old != config:
                 hint = "".join(f"; {k}'s default has changed since: put `{k} = {_toml(v)}` in a --config TOML "
                                "file to resume it" for k, v in PREDATED_VALUES.items()
-                               if getattr(old, k) == v != getattr(config, k))
+                               if getattr(old, k) == v != getattr(config, k) and _preset_value(old, k) != v)
                 raise ConfigMismatch(
                     f"{run.path} holds a run made with a different config "
                     f"({'; '.join(old.changes(config, ignore=OPERATIONAL))}){hint}; "

@@ -54,3 +54,20 @@ def test_the_bootstrap_judges_whole_races(tmp_path):
     for p in prefs:
         gap = scores[p.first] - scores[p.second]
         assert p.label == ("tie" if abs(gap) <= config.judge_equal_within else "first" if gap > 0 else "second")
+
+
+def test_a_run_made_before_whole_race_clips_resumes_only_with_the_clips_it_stored(tmp_path):
+    import json
+
+    from jaxrace.design.rundir import ConfigMismatch
+
+    quick = load_config("quick")
+    run = RunDir.open(tmp_path / "run", quick)
+    stored = json.loads(run.file("config.json").read_text())
+    del stored["clip_whole_race"]  # as written before the field existed: its clips are 10-second ones
+    run.file("config.json").write_text(json.dumps(stored))
+    whole = load_config("quick", clip_whole_race=True, clips_per_race=1)
+    with pytest.raises(ConfigMismatch, match=r"clips_per_race: 2 -> 1; clip_whole_race: False -> True\); rerun") as e:
+        RunDir.open(tmp_path / "run", whole)
+    assert "default has changed" not in str(e.value)  # it has not: no hint to put it in a TOML file
+    assert RunDir.open(tmp_path / "run", quick).config() == quick
