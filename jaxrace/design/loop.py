@@ -650,7 +650,7 @@ class Loop:
         shutil.rmtree(self.run.file(f"{self._dir(k)}/train/job.ckpt.deleting"), ignore_errors=True)
         keep = self._keep_best(trainer) if k == "final" and c.keep_best_every else None
         start_from = self._start_from(k, trainer, len(names) * c.seeds)
-        hold = c.start_hold_epochs if start_from is not None else 0
+        hold = self._hold(k) if start_from is not None else 0
         state, history, reward_index = train_many(
             trainer, stage_key(c, f"{self._dir(k)}/train"), list(range(len(names))), seeds_per_reward=c.seeds,
             hparams=HParams(reward_scale=c.reward_scale, actor_hold_epochs=hold), chunk_epochs=c.chunk_epochs,
@@ -712,17 +712,23 @@ class Loop:
         actor, critic = self._actors(j, trainer, len(curves["runs"]), critic=True)
         alpha = np.asarray(curves["alpha"], np.float64)[picks, -1]
         if jax.process_index() == 0:
-            held = f"; the actor held for {c.start_hold_epochs} epochs" if c.start_hold_epochs else ""
+            hold = self._hold(k)
+            held = f"; the actor held for {hold} epochs" if hold else ""
             self.run.log(f"{self._dir(k)}/train: {said} (its runs {picks}, alpha "
                          + " ".join(f"{a:.3g}" for a in alpha) + f"){held}")
             self.run.write_json(f"{self._dir(k)}/train/start.json", {**start, "runs": picks, "alpha": alpha,
-                                                                     "actor_hold_epochs": c.start_hold_epochs})
+                                                                     "actor_hold_epochs": hold})
 
         def take(x):
             return np.asarray(x)[np.asarray(picks)]
 
         return {"actor": jax.tree.map(take, actor), "critic": jax.tree.map(take, critic),
                 "log_alpha": np.log(alpha).astype(np.float32)}
+
+    def _hold(self, k) -> int:
+        """Epochs stage k's runs hold their actor and temperature when started from another agent."""
+        c = self.config
+        return 0 if k == "final" and not c.start_hold_final else c.start_hold_epochs
 
     def _keep_best(self, trainer):
         """Each final run's best checkpoint by the task: races on fields of their own (not the final

@@ -42,6 +42,7 @@ tac_min_preferences = 5
 warm_start = true
 pretrain_epochs = 10
 start_hold_epochs = 3
+start_hold_final = false
 """
 ITERATION = ("generate", "select", "train", "race", "judge", "rank")
 STAGES = (["bootstrap", "pretrain/train"] + [f"iter{k}/{s}" for k in (1, 2) for s in ITERATION]
@@ -100,18 +101,21 @@ def test_every_stage_writes_its_files(finished):
     assert len(pretrained["progress"][0]) == 10 and (run / "pretrain" / "train" / "agents" / "10").is_dir()
     curves1 = json.loads((run / "iter1" / "train" / "curves.json").read_text())
     pretrained_alpha = pretrained["alpha"][0][-1]
-    for stage, runs in (("iter1", curves1), ("final", json.loads((run / "final/train/curves.json").read_text()))):
+    log = (run / "log.txt").read_text()
+    # the iterations' runs hold the actor 3 epochs; the final job's do not (start_hold_final = false)
+    for stage, hold in (("iter1", 3), ("final", 0)):
+        runs = json.loads((run / stage / "train" / "curves.json").read_text())
         start = json.loads((run / stage / "train" / "start.json").read_text())
         assert start == {"pretrained": "progress", "runs": [0] * 3, "alpha": [pretrained_alpha] * 3,
-                         "actor_hold_epochs": 3}, stage
-        for r in range(3):  # the temperature is the pretrained one through the warm-up (2) and the hold (3)
-            assert runs["alpha"][r][:5] == pytest.approx([pretrained_alpha] * 5, rel=1e-5)
-            assert runs["alpha"][r][5] != pytest.approx(pretrained_alpha, rel=1e-5)
-        assert (f"{stage}/train: from the agents pretrained on progress" in (run / "log.txt").read_text()
-                and "the actor held for 3 epochs" in (run / "log.txt").read_text())
+                         "actor_hold_epochs": hold}, stage
+        for r in range(3):  # the temperature is the pretrained one through the warm-up (2) and the hold
+            assert runs["alpha"][r][:2 + hold] == pytest.approx([pretrained_alpha] * (2 + hold), rel=1e-5)
+            assert runs["alpha"][r][2 + hold] != pytest.approx(pretrained_alpha, rel=1e-5)
+        (line,) = [x for x in log.splitlines() if f"{stage}/train: from the agents pretrained on progress" in x]
+        assert line.endswith("; the actor held for 3 epochs" if hold else ")"), line
     report = (run / "report.html").read_text()
-    assert "trained on from the agent pretrained on progress" in report
-    assert "For its first 3 epochs after the warm-up the actor and temperature were held" in report
+    assert report.count("trained on from the agent pretrained on progress") == 2  # iteration 1, final
+    assert report.count("For its first 3 epochs after the warm-up the actor and temperature were held") == 2  # 1, 2
     # Iteration 2 trains on from iteration 1's best agent (warm_start), not from the pretrained one.
     curves2 = json.loads((run / "iter2" / "train" / "curves.json").read_text())
     (parent,) = [r for r, x in enumerate(curves1["runs"]) if x["candidate"] == best]
