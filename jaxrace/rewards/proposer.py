@@ -4,7 +4,8 @@ It is not an LLM. It picks terms (always one that pays for progress), their weig
 a structure from a key, leaning on words in the task ("cleanly" makes the collision
 terms certain, "win" or "overtake" the passing terms, and so on; a term the task names
 is never weighted below its library weight, so "cleanly" never draws a rear-end at a
-third of the library's price), and writes each
+third of the library's price, and a clipped or squashed program bounds only the terms
+the task does not name, so the bound cannot cut that price either), and writes each
 candidate as a reward program with its weights in PARAMS. It lets the reward-design
 loop run end to end with no network; the programs it writes go through the same
 compiler as an LLM's.
@@ -50,8 +51,8 @@ PROGRESS_TERMS = ("progress", "pace")
 STRUCTURES = {
     "sum": "weighted sum",
     "gated": "weighted sum with progress paid only on the course",
-    "clipped": "weighted sum clipped to [-cap, cap]",
-    "squashed": "weighted sum squashed by cap * tanh(total / cap)",
+    "clipped": "weighted sum with the terms the task does not name clipped to [-cap, cap]",
+    "squashed": "weighted sum with the terms the task does not name squashed by cap * tanh(x / cap)",
 }
 
 
@@ -74,10 +75,14 @@ def _rng(key: jax.Array) -> np.random.Generator:
 
 def _program(task: str, index: int, m: int, terms: list[str], structure: str, weights: dict[str, float],
              cap: float) -> str:
+    """The program's source. A clipped or squashed sum bounds the terms the task does not name (a
+    progress term always among them) and adds the task's terms after the bound: clipped to 5-30, a
+    rear-end's 100 cost at most a few places' pay, and those programs won the search by force
+    (docs/headline_experiment.md, *The bound leaves the task's terms whole*)."""
     task_line = " ".join(task.split())[:200].replace('"""', "'''")
     lines = [
         f'"""Offline proposal {index + 1} of {m} (jaxrace offline proposer, not an LLM): '
-        f'{STRUCTURES[structure]} of {", ".join(terms)}."""',
+        f'{STRUCTURES[structure]}; terms: {", ".join(terms)}."""',
         f"# task: {task_line}",
         "",
         "PARAMS = {",
@@ -95,11 +100,18 @@ def _program(task: str, index: int, m: int, terms: list[str], structure: str, we
         progress_term = next(t for t in terms if t in PROGRESS_TERMS)
         lines.append(f"    {progress_term} = {progress_term} * (1.0 - curr.off_course.astype(f32))")
     lines.append("    components = {" + ", ".join(f'"{t}": {t}' for t in terms) + "}")
-    lines.append("    total = sum(components.values())")
-    if structure == "clipped":
-        lines.append('    total = jnp.clip(total, -params["cap"], params["cap"])')
-    elif structure == "squashed":
-        lines.append('    total = params["cap"] * jnp.tanh(total / params["cap"])')
+    if structure in ("clipped", "squashed"):
+        named = _certain_terms(task)
+        bounded = " + ".join(t for t in terms if t not in named or t in PROGRESS_TERMS)
+        whole = " + ".join(t for t in terms if t in named and t not in PROGRESS_TERMS)
+        bound = ('jnp.clip(bounded, -params["cap"], params["cap"])' if structure == "clipped"
+                 else 'params["cap"] * jnp.tanh(bounded / params["cap"])')
+        lines.append(f"    bounded = {bounded}")
+        if whole:
+            lines.append("    # the terms the task names, paid in full")
+        lines.append(f"    total = {bound}" + (f" + ({whole})" if whole else ""))
+    else:
+        lines.append("    total = sum(components.values())")
     lines.append("    return total, components")
     return "\n".join(lines) + "\n"
 
@@ -209,7 +221,8 @@ def parse_proposal(source: str) -> ProposedReward | None:
         return None
     if not any(t in PROGRESS_TERMS for t in terms):
         return None
-    structure = ("clipped" if "jnp.clip(total" in source else "squashed" if "jnp.tanh(total" in source
+    structure = ("clipped" if "jnp.clip(total" in source or "jnp.clip(bounded" in source
+                 else "squashed" if "jnp.tanh(total" in source or "jnp.tanh(bounded" in source
                  else "gated" if "* (1.0 - curr.off_course.astype(f32))" in source else "sum")
     return ProposedReward(name="parent", source=source, terms=tuple(terms), structure=structure,
                           weights={t: float(params[f"w_{t}"]) for t in terms}, cap=float(params.get("cap", 10.0)))

@@ -80,3 +80,29 @@ def test_parents_are_mutated_never_repeated():
         assert any(c.weights[t] != parent.weights[t] for t in set(c.terms) & set(parent.terms))
     # Terms the task makes certain are never dropped.
     assert all({"rear_end", "contact", "positions"} <= set(c.terms) for c in children)
+
+
+def test_a_bound_never_cuts_the_price_of_a_term_the_task_names():
+    """Clipped or squashed, a program bounds only the terms the task does not name: a rear-end costs its
+    full weight (and its contact's) on any step, however large the bounded terms, which stay bounded."""
+    from jaxrace.rewards import compile_rewards
+    from jaxrace.rewards.proposer import parse_proposal
+    from jaxrace.rewards.synthetic import action, view
+
+    bounded = [p for k in range(4) for p in propose(TASK, 6, jax.random.key(k))
+               if p.structure in ("clipped", "squashed")]
+    assert {p.structure for p in bounded} == {"clipped", "squashed"}
+    a = action(0.0, 1.0)
+    for p, r in zip(bounded, compile_rewards([p.source for p in bounded]), strict=True):
+        written = parse_proposal(p.source)  # as a parent reads it back: the weights as printed
+        assert written.structure == p.structure and written.terms == p.terms
+        assert written.cap == pytest.approx(p.cap, rel=1e-3)
+        p = written
+        for moved in (0.0, 60.0):  # far past the bound: 60 m in a step
+            prev, clear = view(progress=100.0, speed=30.0), view(progress=100.0 + moved, speed=30.0)
+            hit = view(progress=100.0 + moved, speed=30.0, hit_other_from_behind=True)
+            (t_clear, c), (t_hit, _) = r(prev, a, clear), r(prev, a, hit)
+            cost = p.weights["rear_end"] + p.weights["contact"]
+            assert float(t_clear - t_hit) == pytest.approx(cost, rel=1e-5), (p.name, moved)
+            named = sum(float(c[t]) for t in ("off_course", "wall", "positions", "closing", "leading", "finish"))
+            assert float(t_clear) - named <= p.cap * (1 + 1e-6), p.source  # the rest is bounded
