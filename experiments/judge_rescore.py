@@ -16,6 +16,7 @@ training. Writes results/judge_rescore.json.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import sqlite3
@@ -27,8 +28,9 @@ from common import print_table, write_results
 
 from jaxrace.judges import TaskScoring
 
-FACTS = ("progress", "positions_gained", "at_fault_contacts", "side_contacts", "hit_from_behind", "course_outs",
-         "wall_hits")
+# the per-step facts a clip's stored metrics sum, as TaskScoring weighs them; the standing is left out: a
+# whole-race clip starts on the grid, so the standing at its start gains nothing
+FACTS = tuple(f.name for f in dataclasses.fields(TaskScoring) if f.name not in ("standing", "standing_at"))
 
 
 def variants(task: str) -> dict[str, TaskScoring]:
@@ -47,7 +49,8 @@ def clip_scores(run: Path, scoring: TaskScoring) -> dict[int, dict[str, float]]:
     """{iteration: {candidate: mean clip score}} over the store's clips of iterations >= 1."""
     weights = dataclasses.asdict(scoring)
     sums: dict[int, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
-    with sqlite3.connect(run / "preferences.sqlite") as db:
+    store = run / "preferences.sqlite"
+    with contextlib.closing(sqlite3.connect(f"{store.resolve().as_uri()}?mode=ro", uri=True)) as db:
         for iteration, candidate, metrics in db.execute(
                 "SELECT iteration, candidate, metrics FROM clips WHERE iteration >= 1"):
             m = json.loads(metrics)
@@ -61,6 +64,9 @@ def main() -> None:
     args = parser.parse_args()
     rows, table = [], []
     for run in args.runs:
+        missing = [f for f in ("config.json", "preferences.sqlite") if not (run / f).is_file()]
+        if missing:
+            raise SystemExit(f"{run}: no {' or '.join(missing)}; pass jaxrace design run directories")
         task = json.loads((run / "config.json").read_text())["task"]
         for name, scoring in variants(task).items():
             for k, scores in sorted(clip_scores(run, scoring).items()):
