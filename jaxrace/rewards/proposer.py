@@ -5,7 +5,8 @@ a structure from a key, leaning on words in the task ("cleanly" makes the collis
 terms certain, "win" or "overtake" the passing terms, and so on; a term the task names
 is never weighted below its library weight, so "cleanly" never draws a rear-end at a
 third of the library's price, and a clipped or squashed program bounds only the terms
-the task does not name, so the bound cannot cut that price either), and writes each
+the task does not name, so the bound cannot cut that price either; a program that pays
+for places and prices contacts charges at least ten places' pay for a rear-end), and writes each
 candidate as a reward program with its weights in PARAMS. It lets the reward-design
 loop run end to end with no network; the programs it writes go through the same
 compiler as an LLM's.
@@ -43,11 +44,21 @@ TERMS = {
     "contact": ("-(curr.side_contact | curr.hit_from_behind | curr.hit_other_from_behind).astype(f32)", 10.0,
                 ("clean", "safe", "no contact", "collision")),
     "lap_bonus": ("(curr.laps > prev.laps).astype(f32)", 20.0, ("lap",)),
-    "finish": ("(curr.finished & ~prev.finished).astype(f32) * (curr.num_cars - curr.rank + 1).astype(f32)", 20.0,
+    # a place at the finish pays as much as a place gained in the race (at 20 a place, the finish paid
+    # 20-60 per place on top of the positions, a rear-end's price for two places)
+    "finish": ("(curr.finished & ~prev.finished).astype(f32) * (curr.num_cars - curr.rank + 1).astype(f32)", 5.0,
                ("win", "finish")),
     "time": ("-jnp.ones_like(curr.speed)", 0.1, ()),
 }
 PROGRESS_TERMS = ("progress", "pace")
+# A program that both prices contacts and pays for places charges at least this many places' pay
+# (`positions` plus `finish`, which pays per place at the finish) for a rear-end with its contact:
+# the library's gt_sophy charges 22 (110 against 5), and every agent the loop chose at 1-4 raced
+# with 2.5 or more at-fault contacts per race (docs/headline_experiment.md, *A rear-end at ten
+# places' pay*). Met by raising the contact terms, which have floors and no ceilings.
+CONTACT_TERMS = ("rear_end", "contact")
+PLACE_TERMS = ("positions", "finish")
+MIN_PLACES_PER_REAR_END = 10.0
 STRUCTURES = {
     "sum": "weighted sum",
     "gated": "weighted sum with progress paid only on the course",
@@ -116,6 +127,34 @@ def _program(task: str, index: int, m: int, terms: list[str], structure: str, we
     return "\n".join(lines) + "\n"
 
 
+def priced(weights: dict[str, float]) -> dict[str, float]:
+    """`weights` with the contact terms raised in proportion, where needed, so that a rear-end with its
+    contact costs at least MIN_PLACES_PER_REAR_END places' pay; unchanged without both kinds of term."""
+    price = sum(weights.get(t, 0.0) for t in CONTACT_TERMS)
+    pay = sum(weights.get(t, 0.0) for t in PLACE_TERMS)
+    if price <= 0.0 or pay <= 0.0 or price >= MIN_PLACES_PER_REAR_END * pay:
+        return weights
+    factor = MIN_PLACES_PER_REAR_END * pay / price * 1.001  # the program prints 4 figures
+    return {t: w * factor if t in CONTACT_TERMS else w for t, w in weights.items()}
+
+
+def tuning_limits(proposal: ProposedReward, task: str) -> dict[str, tuple[float | None, float | None]]:
+    """The ranges weight tuning keeps this program's weights in, so that tuning keeps the proposer's rules
+    (`jaxrace.rewards.tuning.tune(limits=)`): a term the task names stays at or above its library weight,
+    and where the program prices contacts and pays for places, the contact terms may rise but not fall
+    and the place terms fall but not rise, so a rear-end still costs ten places' pay or more."""
+    certain = _certain_terms(task)
+    w = proposal.weights
+    both = any(t in w for t in CONTACT_TERMS) and any(t in w for t in PLACE_TERMS)
+    limits = {}
+    for t, weight in w.items():
+        least = weight if both and t in CONTACT_TERMS else min(TERMS[t][1], weight) if t in certain else None
+        most = weight if both and t in PLACE_TERMS else None
+        if least is not None or most is not None:
+            limits[f"w_{t}"] = (least, most)
+    return limits
+
+
 def _certain_terms(task: str) -> list[str]:
     lowered = task.lower()
     return [t for t, (_, _, words) in TERMS.items() if any(w in lowered for w in words)]
@@ -132,7 +171,7 @@ def _fresh(rng: np.random.Generator, certain: list[str]) -> tuple[list[str], str
     # a term the task names is weighted at 1-3x its library weight, any other at 0.3-3x
     weights = {t: float(TERMS[t][1] * np.exp(rng.uniform(0.0 if t in certain else np.log(0.3), np.log(3.0))))
                for t in terms}
-    return terms, structure, weights, float(rng.uniform(5.0, 30.0))
+    return terms, structure, priced(weights), float(rng.uniform(5.0, 30.0))
 
 
 def _mutant(rng: np.random.Generator, parent: ProposedReward,
@@ -150,7 +189,7 @@ def _mutant(rng: np.random.Generator, parent: ProposedReward,
     structure = str(rng.choice(list(STRUCTURES))) if rng.uniform() < 0.2 else parent.structure
     jittered = {t: float(parent.weights.get(t, TERMS[t][1]) * np.exp(rng.normal(0.0, 0.35))) for t in terms}
     weights = {t: max(w, TERMS[t][1]) if t in certain else w for t, w in jittered.items()}
-    return terms, structure, weights, float(np.clip(parent.cap * np.exp(rng.normal(0.0, 0.2)), 1.0, 100.0))
+    return terms, structure, priced(weights), float(np.clip(parent.cap * np.exp(rng.normal(0.0, 0.2)), 1.0, 100.0))
 
 
 def propose(task: str, m: int, key: jax.Array, parents: tuple[ProposedReward, ...] = (), *,

@@ -106,3 +106,60 @@ def test_a_bound_never_cuts_the_price_of_a_term_the_task_names():
             assert float(t_clear - t_hit) == pytest.approx(cost, rel=1e-5), (p.name, moved)
             named = sum(float(c[t]) for t in ("off_course", "wall", "positions", "closing", "leading", "finish"))
             assert float(t_clear) - named <= p.cap * (1 + 1e-6), p.source  # the rest is bounded
+
+
+def test_a_rear_end_costs_at_least_ten_places_pay_in_every_program_that_has_both():
+    """Fresh or mutated (from a parent that paid a place 40 and charged a rear-end 110), a program with a
+    contact term and a place term charges a rear-end with its contact at least ten places' pay, counting
+    the finish's pay per place; as written in its PARAMS, so the trained program keeps the rule."""
+    from jaxrace.rewards.proposer import MIN_PLACES_PER_REAR_END, parse_proposal, priced
+
+    parent = propose(TASK, 1, jax.random.key(4))[0]
+    greedy = dataclasses.replace(parent, weights=parent.weights | {"positions": 10.0, "finish": 30.0,
+                                                                   "rear_end": 100.0, "contact": 10.0})
+    proposals = [p for k in range(8) for p in propose(TASK, 6, jax.random.key(k))]
+    proposals += propose(TASK, 6, jax.random.key(5), parents=(greedy,))
+    proposals += [p for k in range(4) for p in propose("overtake and stay safe", 6, jax.random.key(k))]
+    raised = 0
+    for p in proposals:
+        w = parse_proposal(p.source).weights
+        price = w.get("rear_end", 0.0) + w.get("contact", 0.0)
+        pay = w.get("positions", 0.0) + w.get("finish", 0.0)
+        if price and pay:
+            assert price >= MIN_PLACES_PER_REAR_END * pay, p.source
+            raised += price > 1.01 * MIN_PLACES_PER_REAR_END * pay  # most draws meet it as drawn
+    assert raised > 0
+    # exact: raised in proportion, the rest untouched; and nothing to do without both kinds of term
+    assert priced({"pace": 4.0, "positions": 5.0, "finish": 16.0, "rear_end": 150.0, "contact": 50.0}) == pytest.approx(
+        {"pace": 4.0, "positions": 5.0, "finish": 16.0, "rear_end": 150.0 * 1.05 * 1.001,
+         "contact": 50.0 * 1.05 * 1.001})
+    assert priced({"pace": 4.0, "positions": 50.0}) == {"pace": 4.0, "positions": 50.0}
+    assert priced({"rear_end": 100.0, "contact": 10.0, "positions": 5.0}) == {"rear_end": 100.0, "contact": 10.0,
+                                                                              "positions": 5.0}
+
+
+def test_tuning_within_the_proposers_limits_keeps_its_rules():
+    """Tuned toward preferences that want a place paid 3x and every price cut (the judge of a run that
+    tuned a rear-end from 221 to 92), a proposal's named prices do not fall, its place pay does not rise,
+    and a term the task names stays at its library weight or above."""
+    import numpy as np
+
+    from jaxrace.rewards.proposer import MIN_PLACES_PER_REAR_END, TERMS, parse_proposal, tuning_limits
+    from jaxrace.rewards.tuning import TuningConfig, theta_bounds
+
+    p = next(p for k in range(4) for p in propose(TASK, 6, jax.random.key(k)) if "finish" in p.terms)
+    p = parse_proposal(p.source)
+    limits = tuning_limits(p, TASK)
+    names = [tuple(f"w_{t}" for t in p.terms)]
+    defaults = np.asarray([[p.weights[t] for t in p.terms]], np.float32)
+    lower, upper = theta_bounds(defaults, names, TuningConfig(), [limits])
+    # the extremes the tuner may reach in the directions the judge pulled
+    cheap = {t: p.weights[t] * float(np.exp(lower[0, i] if t in ("rear_end", "contact", "off_course", "wall")
+                                            else upper[0, i])) for i, t in enumerate(p.terms)}
+    assert cheap["rear_end"] == pytest.approx(p.weights["rear_end"], rel=1e-5)
+    assert cheap["positions"] == pytest.approx(p.weights["positions"], rel=1e-5)
+    assert (cheap["rear_end"] + cheap["contact"]) >= MIN_PLACES_PER_REAR_END * (
+        cheap["positions"] + cheap["finish"]) * (1 - 1e-5)
+    for t in ("off_course", "wall"):
+        assert cheap[t] >= TERMS[t][1] * (1 - 1e-5) and cheap[t] <= p.weights[t]
+    assert "w_pace" not in limits and "w_progress" not in limits  # free within the tuner's 3x
