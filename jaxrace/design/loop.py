@@ -435,6 +435,7 @@ class Loop:
         """The best program's weights fitted to every stored preference (`jaxrace.rewards.tuning`); when
         tuning helps on held-out pairs, the program with the tuned PARAMS is compiled for the next iteration."""
         from jaxrace.rewards import RewardBank, compile_reward, load_reward
+        from jaxrace.rewards.proposer import parse_proposal, tuning_limits
         from jaxrace.rewards.tuning import TuningConfig, tune, with_params
 
         c = self.config
@@ -449,13 +450,16 @@ class Loop:
             self.run.write_json(f"iter{k}/tune.json", {"program": None, "candidate": name, "reason": str(err)})
             return
         compiled = load_reward(self.run.file(f"{folder}/{name}.jaxreward"))
+        # a program the offline proposer wrote keeps its rules through tuning (its named prices never fall)
+        proposal = parse_proposal(self.run.file(f"{folder}/{name}.py").read_text(encoding="utf-8"))
+        limits = tuning_limits(proposal, c.task) if proposal is not None else None
         with self.display.task(f"iter{k}/tune: {name}'s weights, {c.tune_weights}, {len(labels)} preferences",
                                total=None):
             result = tune(RewardBank.from_compiled([compiled]), first, second, labels,
-                          TuningConfig(method=c.tune_weights, seed=c.seed))
+                          TuningConfig(method=c.tune_weights, seed=c.seed), limits=None if limits is None else [limits])
         (one,) = result.candidates
         record = dataclasses.asdict(one) | {"candidate": name, "method": c.tune_weights, "program": None,
-                                            "fit_seconds": result.fit_seconds}
+                                            "fit_seconds": result.fit_seconds, "limits": limits}
         if one.tuned:
             tuned_name = f"{re.sub(r'-t[0-9]+$', '', name)}-t{k}"
             source = with_params(self.run.file(f"{folder}/{name}.py").read_text(encoding="utf-8"), one.params)

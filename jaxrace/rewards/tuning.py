@@ -162,6 +162,42 @@ def theta_limit(defaults: jax.Array, config: TuningConfig) -> jax.Array:
     return jnp.where(defaults != 0, jnp.float32(math.log(config.max_factor)), jnp.inf)
 
 
+def theta_bounds(defaults: np.ndarray, names: list[tuple[str, ...]], config: TuningConfig,
+                 limits=None) -> tuple[np.ndarray, np.ndarray]:
+    """(lower, upper) f32[N, W] on theta: +-log max_factor (inf where the default is 0), narrowed by `limits`.
+
+    `limits[n]` maps a weight of candidate n to (least, most) in weight units (None: no limit that
+    side), of the default's sign and with the default between them (the search starts there); theta
+    never leaves the narrower range.
+    """
+    upper = np.where(defaults != 0, math.log(config.max_factor), np.inf).astype(np.float64)
+    lower = -upper
+    if limits is not None:
+        if len(limits) != len(names):
+            raise ValueError(f"limits has {len(limits)} entries for a bank of {len(names)} candidates")
+        for n, own in enumerate(limits):
+            for name, (least, most) in (own or {}).items():
+                if name not in names[n]:
+                    raise ValueError(f"limits for candidate {n} name {name!r}, not among its PARAMS {list(names[n])}")
+                i = names[n].index(name)
+                w0 = float(defaults[n, i])
+                least = -math.inf if least is None else float(least)
+                most = math.inf if most is None else float(most)
+                slack = 1e-6 * abs(w0)  # the bank holds float32 defaults
+                if not least - slack <= w0 <= most + slack:
+                    raise ValueError(f"limits for {name!r} ({least:g}, {most:g}) must hold its default {w0:g}")
+                if w0 == 0.0:
+                    lo, hi = least, most
+                else:
+                    if any(math.isfinite(b) and b * w0 <= 0.0 for b in (least, most)):
+                        raise ValueError(f"limits for {name!r} ({least:g}, {most:g}) must keep its default's sign")
+                    # theta = log(w / w0): a limit of infinite size leaves that side open
+                    lo, hi = sorted(math.log(b / w0) if math.isfinite(b) else math.copysign(math.inf, b * w0)
+                                    for b in (least, most))
+                lower[n, i], upper[n, i] = max(lower[n, i], min(lo, 0.0)), min(upper[n, i], max(hi, 0.0))
+    return lower.astype(np.float32), upper.astype(np.float32)
+
+
 def _objective(theta, returns_of, defaults, mask, data, config: TuningConfig, kind: str):
     """Log prior plus the fit term over the pairs in data['fit'] (one candidate)."""
     returns = returns_of(weights_from_theta(theta, defaults) * mask)
@@ -189,12 +225,11 @@ def heldout_figures(returns: jax.Array, data: dict, beta: float) -> tuple[jax.Ar
 # -- the fits: one candidate each, vmapped over the bank ----------------------------------------------
 
 
-def _fit_adam(key, returns_of, defaults, mask, data, config: TuningConfig, kind: str):
+def _fit_adam(key, returns_of, defaults, mask, data, config: TuningConfig, kind: str, lower, upper):
     import optax
 
     starts = jax.random.normal(key, (config.restarts, defaults.shape[0])) * 0.5 * config.prior_scale
-    limit = theta_limit(defaults, config)
-    starts = jnp.clip(starts.at[0].set(0.0) * mask, -limit, limit)  # the first start is the defaults
+    starts = jnp.clip(starts.at[0].set(0.0) * mask, lower, upper)  # the first start is the defaults
     loss = lambda theta: -_objective(theta, returns_of, defaults, mask, data, config, kind)  # noqa: E731
     optimiser = optax.adam(config.learning_rate)
     value_and_grad = jax.value_and_grad(loss)
@@ -204,7 +239,7 @@ def _fit_adam(key, returns_of, defaults, mask, data, config: TuningConfig, kind:
             theta, opt = carry
             value, grad = value_and_grad(theta)
             updates, opt = optimiser.update(grad * mask, opt)
-            return (jnp.clip(optax.apply_updates(theta, updates), -limit, limit), opt), value  # projected
+            return (jnp.clip(optax.apply_updates(theta, updates), lower, upper), opt), value  # projected
 
         (theta, _), values = jax.lax.scan(step, (theta, optimiser.init(theta)), None, length=config.grad_steps)
         return theta, loss(theta), values
@@ -214,16 +249,14 @@ def _fit_adam(key, returns_of, defaults, mask, data, config: TuningConfig, kind:
     return {"theta": thetas[best], "curve": curves[best]}
 
 
-def _fit_mh(key, returns_of, defaults, mask, data, config: TuningConfig):
+def _fit_mh(key, returns_of, defaults, mask, data, config: TuningConfig, lower, upper):
     """Random-walk Metropolis in two phases: burn-in with isotropic steps, then steps shaped by the burn-in's
     covariance (2.38^2 / d of it, Haario et al.'s adaptive Metropolis, frozen), which mixes along the
     correlated directions (the common scale, fixed by the prior alone) as fast as across them."""
     from tensorflow_probability.substrates import jax as tfp
 
-    limit = theta_limit(defaults, config)
-
     def target(theta):  # theta [chains, W] -> [chains]; -inf outside the bounds, so those steps are rejected
-        inside = jnp.all(jnp.abs(theta) <= limit, axis=-1)
+        inside = jnp.all((theta >= lower) & (theta <= upper), axis=-1)
         value = jax.vmap(lambda t: _objective(t, returns_of, defaults, mask, data, config, "mh"))(theta)
         return jnp.where(inside, value, -jnp.inf)
 
@@ -237,7 +270,7 @@ def _fit_mh(key, returns_of, defaults, mask, data, config: TuningConfig):
 
     k_start, k_burn, k_chain = jax.random.split(key, 3)
     start = jax.random.normal(k_start, (config.chains, defaults.shape[0])) * 0.5 * config.prior_scale * mask
-    start = jnp.clip(start, -0.9 * limit, 0.9 * limit)
+    start = jnp.clip(start, 0.9 * lower, 0.9 * upper)  # (lower <= 0 <= upper)
     dims = jnp.maximum(jnp.sum(mask), 1.0)
     isotropic = jnp.diag(config.step_size * mask)
     burn_in = max(config.burn_in, 2)
@@ -262,16 +295,16 @@ def _returns_linear(model, w):
 
 
 @functools.partial(jit, static_argnames=("config", "exact", "bank"))
-def _fit_all(keys, defaults, mask, model, data, config: TuningConfig, exact: tuple[int, ...] = (),
+def _fit_all(keys, defaults, mask, lower, upper, model, data, config: TuningConfig, exact: tuple[int, ...] = (),
              bank: RewardBank | None = None, clips: Clip | None = None):
     """Every candidate in one call: those linear in their weights vmapped over `model` ([N, ...]); those in
     `exact` (static indices into `bank`) each evaluating its own program on `clips` at every step."""
 
-    def one(key, w0, m, returns_of):
+    def one(key, w0, m, lo, hi, returns_of):
         if config.method == "mh":
-            out = _fit_mh(key, returns_of, w0, m, data, config)
+            out = _fit_mh(key, returns_of, w0, m, data, config, lo, hi)
         else:
-            out = _fit_adam(key, returns_of, w0, m, data, config, config.method)
+            out = _fit_adam(key, returns_of, w0, m, data, config, config.method, lo, hi)
         before = heldout_figures(returns_of(w0), data, config.beta)
         after = heldout_figures(returns_of(weights_from_theta(out["theta"], w0) * m), data, config.beta)
         return out | {"before": before, "after": after}
@@ -281,14 +314,15 @@ def _fit_all(keys, defaults, mask, model, data, config: TuningConfig, exact: tup
     results = {}
     if linear:
         idx = jnp.asarray(linear)
-        batched = jax.vmap(lambda k, w0, m, part: one(k, w0, m, functools.partial(_returns_linear, part)))(
-            keys[idx], defaults[idx], mask[idx], jax.tree.map(lambda x: x[idx], model))
+        batched = jax.vmap(lambda k, w0, m, lo, hi, part: one(k, w0, m, lo, hi,
+                                                              functools.partial(_returns_linear, part)))(
+            keys[idx], defaults[idx], mask[idx], lower[idx], upper[idx], jax.tree.map(lambda x: x[idx], model))
         results |= {i: jax.tree.map(lambda x, j=j: x[j], batched) for j, i in enumerate(linear)}
     for i in exact:
         own = RewardBank.from_compiled([bank.rewards[i]])
         width = len(bank.rewards[i].params)
         returns_of = lambda w, own=own, width=width: clip_returns(own, clips, w[None, :width])[0]  # noqa: E731
-        results[i] = one(keys[i], defaults[i], mask[i], returns_of)
+        results[i] = one(keys[i], defaults[i], mask[i], lower[i], upper[i], returns_of)
     return jax.tree.map(lambda *xs: jnp.stack(xs), *[results[i] for i in range(n)])
 
 
@@ -344,7 +378,8 @@ def _returns_and_jacobian(bank: RewardBank, clips: Clip, defaults, probes):
 
 
 def fit_returns(model: dict | None, defaults, mask, first, second, labels, config: TuningConfig, *,
-                exact=(), bank: RewardBank | None = None, clips: Clip | None = None, ids=None) -> dict:
+                exact=(), bank: RewardBank | None = None, clips: Clip | None = None, ids=None,
+                bounds: tuple | None = None) -> dict:
     """The jitted fit of every candidate, on returns of K clips and pairs of them (numpy results).
 
     Args:
@@ -356,6 +391,7 @@ def fit_returns(model: dict | None, defaults, mask, first, second, labels, confi
         first, second: i32[P] clip indices of each pair; labels: f32[P] (+1, -1, 0, NaN skip).
         ids: i32[N] names the candidates' random streams (default 0..N-1), so a candidate draws the
             same numbers whichever bank it is tuned in.
+        bounds: (lower, upper) f32[N, W] on theta (`theta_bounds`; default +-log max_factor).
 
     Returns:
         {"theta": [N, W], "before"/"after": (held-out accuracy [N], log-likelihood [N]), "fit"/"held":
@@ -372,17 +408,24 @@ def fit_returns(model: dict | None, defaults, mask, first, second, labels, confi
     ids = np.arange(defaults.shape[0]) if ids is None else np.asarray(ids)
     base = jax.random.fold_in(jax.random.key(config.seed), 2)
     keys = jax.vmap(lambda i: jax.random.fold_in(base, i))(jnp.asarray(ids, jnp.uint32))
-    out = _fit_all(keys, defaults, jnp.asarray(mask, jnp.float32), model, data, config,
+    if bounds is None:
+        limit = theta_limit(defaults, config)
+        bounds = (-limit, limit)
+    lower, upper = (jnp.asarray(b, jnp.float32) for b in bounds)
+    out = _fit_all(keys, defaults, jnp.asarray(mask, jnp.float32), lower, upper, model, data, config,
                    exact=exact, bank=bank if exact else None, clips=clips if exact else None)
     return jax.device_get(out) | {"fit": fit, "held": held}
 
 
-def tune(bank: RewardBank, first: Clip, second: Clip, labels, config: TuningConfig = TuningConfig()) -> TuningResult:
+def tune(bank: RewardBank, first: Clip, second: Clip, labels, config: TuningConfig = TuningConfig(),
+         limits=None) -> TuningResult:
     """Tunes every candidate's PARAMS against labelled pairs (first[p] vs second[p]).
 
     Args:
         first, second: Clips with leading axis P (numpy or jax).
         labels: f32[P]: +1 first preferred, -1 second, 0 tie, NaN skip.
+        limits: None, or per candidate None or {weight name: (least, most)}: ranges its weights keep
+            besides `max_factor` (for example a price the task names that may rise but never fall).
     """
     labels = np.asarray(labels, np.float32)
     if labels.ndim != 1 or first.valid.shape[0] != labels.shape[0] or second.valid.shape[0] != labels.shape[0]:
@@ -394,6 +437,7 @@ def tune(bank: RewardBank, first: Clip, second: Clip, labels, config: TuningConf
     mask = np.zeros_like(defaults)
     for n, own in enumerate(names):
         mask[n, :len(own)] = 1.0
+    bounds = theta_bounds(defaults, names, config, limits)
     fit, held = split_pairs(labels, config.holdout, config.seed)
     clips = jax.tree.map(lambda a, b: jnp.concatenate([jnp.asarray(a), jnp.asarray(b)]), first, second)
     t0 = time.perf_counter()
@@ -403,7 +447,7 @@ def tune(bank: RewardBank, first: Clip, second: Clip, labels, config: TuningConf
         affine, holds = linear_model(bank, clips, jax.random.fold_in(jax.random.key(config.seed), 1))
         ids = [zlib.crc32(r.name.encode()) & 0x7FFFFFFF for r in bank.rewards]
         result = fit_returns(affine, defaults, mask, np.arange(n_pairs), n_pairs + np.arange(n_pairs), labels,
-                             config, exact=np.flatnonzero(~holds), bank=bank, clips=clips, ids=ids)
+                             config, exact=np.flatnonzero(~holds), bank=bank, clips=clips, ids=ids, bounds=bounds)
     seconds = time.perf_counter() - t0
 
     out, matrix = [], defaults.copy()

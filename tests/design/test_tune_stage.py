@@ -13,12 +13,13 @@ from jaxrace.rewards.clips import Clip
 from jaxrace.rewards.preferences import save_clip_arrays
 
 
-def test_the_tuned_best_joins_the_next_iteration_beside_the_best(tmp_path):
-    config = load_config("quick", bootstrap_races=0, tune_weights="grad", m=3, n=3)
+def tuned_in_a_loop(tmp_path, source: str, **task):
+    """A loop whose iteration 1's best is `source`, with 80 labelled pairs of racing clips in its store."""
+    config = load_config("quick", bootstrap_races=0, tune_weights="grad", m=3, n=3, **task)
     run = RunDir.open(tmp_path / "run", config)
     loop = Loop(config, run, Display(quiet=True))
-    run.write_text("iter1/candidates/i1-c2.py", LINEAR)
-    compile_reward(LINEAR, name="i1-c2").save(run.file("iter1/candidates/i1-c2.jaxreward"))
+    run.write_text("iter1/candidates/i1-c2.py", source)
+    compile_reward(source, name="i1-c2").save(run.file("iter1/candidates/i1-c2.jaxreward"))
     run.write_json("iter1/rank.json", {"best": "i1-c2", "best_folder": "iter1/candidates"})
     run.write_text("iter1/feedback.txt", "Iteration 1: i1-c2 was best.\n")
     first, second, labels = racing_clips(pairs=80, seed=5)
@@ -29,9 +30,14 @@ def test_the_tuned_best_joins_the_next_iteration_beside_the_best(tmp_path):
     for p, label in enumerate(labels):
         loop.store.add_preference(f"p{p}", iteration=1, first=ids[p], second=ids[80 + p],
                                   label="first" if label > 0 else "second", judge_kind="scripted", judge_id="s")
-
     loop.tune(1)
+    return loop, run
+
+
+def test_the_tuned_best_joins_the_next_iteration_beside_the_best(tmp_path):
+    loop, run = tuned_in_a_loop(tmp_path, LINEAR)
     record = run.read_json("iter1/tune.json")
+    assert record["limits"] is None  # not the offline proposer's program: only the tuner's own 3x
     assert record["program"] == "i1-c2-t1" and record["tuned"] and record["method"] == "grad"
     tuned = load_reward(run.file("iter1/tuned/i1-c2-t1.jaxreward"))
     assert tuned.params["w_off"] / tuned.params["w_speed"] > 5  # the truth is 20, the default 1
@@ -44,3 +50,23 @@ def test_the_tuned_best_joins_the_next_iteration_beside_the_best(tmp_path):
     assert candidates[1]["params"] == tuned.params
     loop.select(2)  # while the store is small, the carried programs are trained first
     assert run.read_json("iter2/select.json")["selected"][:2] == ["i1-c2", "i1-c2-t1"]
+
+
+def test_an_offline_proposal_is_tuned_within_the_proposers_limits(tmp_path):
+    """The offline proposer's program for a clean race keeps its rules through the loop's tuning: the
+    limits are recorded, and no tuned weight leaves them (a named price never falls, a place's pay never
+    rises), whatever the labels pull toward."""
+    from jaxrace.rewards import propose
+    from jaxrace.rewards.proposer import parse_proposal, tuning_limits
+
+    task = "win the race cleanly from the back of the grid"
+    proposal = next(p for p in propose(task, 6, jax.random.key(0)) if p.structure in ("sum", "gated"))
+    loop, run = tuned_in_a_loop(tmp_path, proposal.source, task=task)
+    record = run.read_json("iter1/tune.json")
+    limits = tuning_limits(parse_proposal(proposal.source), task)
+    assert record["limits"] == {k: list(v) for k, v in limits.items()}
+    assert {"w_rear_end", "w_contact", "w_positions"} <= set(limits)
+    for name, (least, most) in limits.items():
+        w = record["params"][name]
+        assert (least is None or w >= least * (1 - 1e-5)) and (most is None or w <= most * (1 + 1e-5)), (name, w)
+    assert record["tuned"] == (record["program"] is not None)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from tuning_data import LINEAR, racing_clips
 
-from jaxrace.rewards.tuning import TuningConfig, fit_returns, pair_loglik, split_pairs
+from jaxrace.rewards.tuning import TuningConfig, fit_returns, pair_loglik, split_pairs, theta_bounds
 
 TRUE = np.array([1.0, 4.0, -2.0])
 
@@ -51,6 +51,28 @@ def test_a_tuned_weight_stays_within_max_factor_of_its_default(method):
     assert np.max(np.exp(np.abs(unbounded["theta"][0]))) > 3.0
     with pytest.raises(ValueError, match="max_factor > 1"):
         TuningConfig(max_factor=1.0)
+
+
+@pytest.mark.parametrize("method", ["grad", "mh"])
+def test_limits_keep_a_weight_in_its_range_and_the_rest_still_fit(method):
+    """The answer wants the second weight 10x up and the first down for the ratio; limits let the second
+    rise 1.5x at most and the first never fall, so both end at their limit, and the third still moves."""
+    model, defaults, mask, first, second, labels = synthetic_problem()
+    config = TuningConfig(method=method, beta=2.0)
+    names = [("a", "b", "c")]
+    bounds = theta_bounds(defaults, names, config, [{"a": (1.0, 2.0), "b": (0.2, 0.6)}])
+    np.testing.assert_allclose(bounds[0][0], [0.0, -math.log(2.0), -math.log(3.0)], rtol=1e-6)
+    np.testing.assert_allclose(bounds[1][0], [math.log(2.0), math.log(1.5), math.log(3.0)], rtol=1e-6)
+    out = fit_returns(model, defaults, mask, first, second, labels, config, bounds=bounds)
+    w = defaults[0] * np.exp(out["theta"][0])
+    assert 1.0 * (1 - 1e-5) <= w[0] <= 1.05 and 0.6 * 0.95 <= w[1] <= 0.6 * (1 + 1e-5), w
+    assert w[2] != pytest.approx(-2.0, rel=1e-3)
+    for bad, message in (({"d": (0.0, 1.0)}, "not among its PARAMS"), ({"a": (2.0, 3.0)}, "must hold its default"),
+                         ({"c": (-3.0, 1.0)}, "keep its default's sign")):
+        with pytest.raises(ValueError, match=message):
+            theta_bounds(defaults, names, config, [bad])
+    with pytest.raises(ValueError, match="1 candidates"):
+        theta_bounds(defaults, names, config, [None, None])
 
 
 def exact_log_posterior(theta, fixed, feature, first, second, y, beta, prior):
