@@ -19,6 +19,8 @@ the likelihood blind to scale it is what fixes the common scale. A weight with a
 default also stays within `max_factor` of it (|theta| <= log max_factor; 3, the proposer's
 own range): with hundreds of pairs the prior alone let a place's pay grow 40-fold past a
 rear-end's price for two points of held-out accuracy, and the agent trained on it collapsed.
+`tune(limits=)` narrows a weight's range further, one side or both (the loop passes the offline
+proposer's rules for its programs: a price the task names may rise, never fall).
 
 Methods, all candidates (and chains or restarts) in one jitted call:
 - "mh": random-walk Metropolis-Hastings on theta (TensorFlow Probability's kernel), many
