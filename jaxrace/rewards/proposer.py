@@ -87,7 +87,8 @@ def _rng(key: jax.Array) -> np.random.Generator:
 def _program(task: str, index: int, m: int, terms: list[str], structure: str, weights: dict[str, float],
              cap: float) -> str:
     """The program's source. A clipped or squashed sum bounds the terms the task does not name (a
-    progress term always among them) and adds the task's terms after the bound: clipped to 5-30, a
+    progress term always among them) and adds the task's terms after the bound, and the contact terms
+    too where the program pays for places (the price rule is on their full weights): clipped to 5-30, a
     rear-end's 100 cost at most a few places' pay, and those programs won the search by force
     (docs/headline_experiment.md, *The bound leaves the task's terms whole*)."""
     task_line = " ".join(task.split())[:200].replace('"""', "'''")
@@ -112,14 +113,16 @@ def _program(task: str, index: int, m: int, terms: list[str], structure: str, we
         lines.append(f"    {progress_term} = {progress_term} * (1.0 - curr.off_course.astype(f32))")
     lines.append("    components = {" + ", ".join(f'"{t}": {t}' for t in terms) + "}")
     if structure in ("clipped", "squashed"):
-        named = _certain_terms(task)
+        named = set(_certain_terms(task))
+        if any(t in terms for t in PLACE_TERMS):  # the price rule holds for the contacts' full weights
+            named |= set(CONTACT_TERMS)
         bounded = " + ".join(t for t in terms if t not in named or t in PROGRESS_TERMS)
         whole = " + ".join(t for t in terms if t in named and t not in PROGRESS_TERMS)
         bound = ('jnp.clip(bounded, -params["cap"], params["cap"])' if structure == "clipped"
                  else 'params["cap"] * jnp.tanh(bounded / params["cap"])')
         lines.append(f"    bounded = {bounded}")
         if whole:
-            lines.append("    # the terms the task names, paid in full")
+            lines.append("    # the terms the task names (and contacts, where places pay), paid in full")
         lines.append(f"    total = {bound}" + (f" + ({whole})" if whole else ""))
     else:
         lines.append("    total = sum(components.values())")
@@ -134,15 +137,17 @@ def priced(weights: dict[str, float]) -> dict[str, float]:
     pay = sum(weights.get(t, 0.0) for t in PLACE_TERMS)
     if price <= 0.0 or pay <= 0.0 or price >= MIN_PLACES_PER_REAR_END * pay:
         return weights
-    factor = MIN_PLACES_PER_REAR_END * pay / price * 1.001  # the program prints 4 figures
+    factor = MIN_PLACES_PER_REAR_END * pay / price * 1.002  # the program prints 4 figures (each +-5e-4)
     return {t: w * factor if t in CONTACT_TERMS else w for t, w in weights.items()}
 
 
 def tuning_limits(proposal: ProposedReward, task: str) -> dict[str, tuple[float | None, float | None]]:
-    """The ranges weight tuning keeps this program's weights in, so that tuning keeps the proposer's rules
-    (`jaxrace.rewards.tuning.tune(limits=)`): a term the task names stays at or above its library weight,
-    and where the program prices contacts and pays for places, the contact terms may rise but not fall
-    and the place terms fall but not rise, so a rear-end still costs ten places' pay or more."""
+    """The ranges weight tuning keeps this program's weights in (`jaxrace.rewards.tuning.tune(limits=)`),
+    so that tuning never moves it against the proposer's rules: a term the task names stays at or above
+    its library weight (or its own, where a program from elsewhere has less), and where the program
+    prices contacts and pays for places, the contact terms may rise but not fall and the place terms
+    fall but not rise, so a rear-end costs at least as many places' pay as before (ten or more for
+    every program `propose` writes)."""
     certain = _certain_terms(task)
     w = proposal.weights
     both = any(t in w for t in CONTACT_TERMS) and any(t in w for t in PLACE_TERMS)
@@ -168,7 +173,8 @@ def _fresh(rng: np.random.Generator, certain: list[str]) -> tuple[list[str], str
     extra += [str(t) for t in rng.choice(optional, size=k, replace=False)]
     terms += [t for t in TERMS if t in extra and t not in terms]  # a stable order
     structure = str(rng.choice(list(STRUCTURES)))
-    # a term the task names is weighted at 1-3x its library weight, any other at 0.3-3x
+    # a term the task names is weighted at 1-3x its library weight, any other at 0.3-3x (then the
+    # contact terms are raised where the price rule needs it)
     weights = {t: float(TERMS[t][1] * np.exp(rng.uniform(0.0 if t in certain else np.log(0.3), np.log(3.0))))
                for t in terms}
     return terms, structure, priced(weights), float(rng.uniform(5.0, 30.0))

@@ -116,8 +116,8 @@ class CandidateTuning:
     heldout_loglik_after: float | None
     returns: str | None = None  # "linear" (precomputed with their Jacobian) or "exact" (the program every step)
     acceptance: float | None = None  # mh
-    ess: dict[str, float] | None = None  # mh: effective sample size per weight, over all chains
-    rhat: dict[str, float] | None = None  # mh: potential scale reduction per weight
+    ess: dict[str, float | None] | None = None  # mh: effective sample size per weight, over all chains
+    rhat: dict[str, float | None] | None = None  # mh: potential scale reduction per weight
 
 
 @dataclasses.dataclass(frozen=True)
@@ -169,10 +169,10 @@ def theta_bounds(defaults: np.ndarray, names: list[tuple[str, ...]], config: Tun
     """(lower, upper) f32[N, W] on theta: +-log max_factor (inf where the default is 0), narrowed by `limits`.
 
     `limits[n]` maps a weight of candidate n to (least, most) in weight units (None: no limit that
-    side), of the default's sign and with the default between them (the search starts there); theta
-    never leaves the narrower range.
+    side; 0 for a nonzero default: the weight may shrink toward 0), never of the opposite sign, with
+    the default between them (the search starts there); theta never leaves the narrower range.
     """
-    upper = np.where(defaults != 0, math.log(config.max_factor), np.inf).astype(np.float64)
+    upper = np.asarray(theta_limit(jnp.asarray(defaults), config), np.float64)
     lower = -upper
     if limits is not None:
         if len(limits) != len(names):
@@ -191,10 +191,11 @@ def theta_bounds(defaults: np.ndarray, names: list[tuple[str, ...]], config: Tun
                 if w0 == 0.0:
                     lo, hi = least, most
                 else:
-                    if any(math.isfinite(b) and b * w0 <= 0.0 for b in (least, most)):
+                    if any(b * w0 < 0.0 for b in (least, most) if math.isfinite(b)):
                         raise ValueError(f"limits for {name!r} ({least:g}, {most:g}) must keep its default's sign")
-                    # theta = log(w / w0): a limit of infinite size leaves that side open
-                    lo, hi = sorted(math.log(b / w0) if math.isfinite(b) else math.copysign(math.inf, b * w0)
+                    # theta = log(w / w0): an infinite limit leaves that side open, and so does 0 (w -> 0)
+                    lo, hi = sorted(math.log(b / w0) if math.isfinite(b) and b != 0.0
+                                    else -math.inf if b == 0.0 else math.copysign(math.inf, b * w0)
                                     for b in (least, most))
                 lower[n, i], upper[n, i] = max(lower[n, i], min(lo, 0.0)), min(upper[n, i], max(hi, 0.0))
     return lower.astype(np.float32), upper.astype(np.float32)
@@ -271,18 +272,19 @@ def _fit_mh(key, returns_of, defaults, mask, data, config: TuningConfig, lower, 
         return new_state
 
     k_start, k_burn, k_chain = jax.random.split(key, 3)
-    start = jax.random.normal(k_start, (config.chains, defaults.shape[0])) * 0.5 * config.prior_scale * mask
+    free = mask * (upper > lower)  # a weight pinned by its limits (lower == upper == 0) never steps
+    start = jax.random.normal(k_start, (config.chains, defaults.shape[0])) * 0.5 * config.prior_scale * free
     start = jnp.clip(start, 0.9 * lower, 0.9 * upper)  # (lower <= 0 <= upper)
-    dims = jnp.maximum(jnp.sum(mask), 1.0)
-    isotropic = jnp.diag(config.step_size * mask)
+    dims = jnp.maximum(jnp.sum(free), 1.0)
+    isotropic = jnp.diag(config.step_size * free)
     burn_in = max(config.burn_in, 2)
     warm = tfp.mcmc.sample_chain(burn_in, start, kernel=tfp.mcmc.RandomWalkMetropolis(
         target, new_state_fn=shaped(isotropic)), trace_fn=None, seed=k_burn)  # [burn_in, chains, W]
     half = warm[burn_in // 2:].reshape(-1, defaults.shape[0])
     cov = jnp.cov(half, rowvar=False).reshape(defaults.shape[0], defaults.shape[0])
-    cov = (2.38 ** 2 / dims) * cov * jnp.outer(mask, mask) + 1e-6 * jnp.diag(mask)
-    chol = jnp.where(jnp.all(jnp.isfinite(cov)), jnp.linalg.cholesky(cov + (1.0 - mask) * jnp.eye(mask.shape[0])),
-                     isotropic) * mask[:, None]
+    cov = (2.38 ** 2 / dims) * cov * jnp.outer(free, free) + 1e-6 * jnp.diag(free)
+    chol = jnp.where(jnp.all(jnp.isfinite(cov)), jnp.linalg.cholesky(cov + (1.0 - free) * jnp.eye(free.shape[0])),
+                     isotropic) * free[:, None]
     samples, accepted = tfp.mcmc.sample_chain(
         config.steps, warm[-1], kernel=tfp.mcmc.RandomWalkMetropolis(target, new_state_fn=shaped(chol)),
         trace_fn=lambda _, results: results.is_accepted, seed=k_chain)  # [steps, chains, W]
@@ -471,9 +473,9 @@ def tune(bank: RewardBank, first: Clip, second: Clip, labels, config: TuningConf
         acc_a, ll_a = (_finite_or_none(x[n]) for x in result["after"])
         mh = {"returns": "linear" if holds[n] else "exact"}
         if config.method == "mh":
-            mh |= {"acceptance": float(result["acceptance"][n]),
-                  "ess": {k: float(v) for k, v in zip(own, result["ess"][n], strict=False)},
-                  "rhat": {k: float(v) for k, v in zip(own, result["rhat"][n], strict=False)}}
+            mh |= {"acceptance": float(result["acceptance"][n]),  # (a weight pinned by its limits: None)
+                  "ess": {k: _finite_or_none(v) for k, v in zip(own, result["ess"][n], strict=False)},
+                  "rhat": {k: _finite_or_none(v) for k, v in zip(own, result["rhat"][n], strict=False)}}
         if not np.all(np.isfinite(theta)) or not np.all(np.isfinite(weights)):
             tuned, reason = False, "diverged: a weight is not finite"
         elif np.max(np.abs(theta[defaults[n, :len(own)] != 0]), initial=0.0) > math.log(config.max_change):

@@ -52,21 +52,25 @@ def test_the_tuned_best_joins_the_next_iteration_beside_the_best(tmp_path):
     assert run.read_json("iter2/select.json")["selected"][:2] == ["i1-c2", "i1-c2-t1"]
 
 
-def test_an_offline_proposal_is_tuned_within_the_proposers_limits(tmp_path):
+def test_an_offline_proposal_is_tuned_within_the_proposers_limits(tmp_path, monkeypatch):
     """The offline proposer's program for a clean race keeps its rules through the loop's tuning: the
     limits are recorded, and no tuned weight leaves them (a named price never falls, a place's pay never
     rises), whatever the labels pull toward."""
+    import jaxrace.rewards.tuning as tuning
     from jaxrace.rewards import propose
     from jaxrace.rewards.proposer import parse_proposal, tuning_limits
 
+    handed = []
+    real_tune = tuning.tune
+    monkeypatch.setattr(tuning, "tune", lambda *a, **kw: handed.append(kw.get("limits")) or real_tune(*a, **kw))
     task = "win the race cleanly from the back of the grid"
     proposal = next(p for p in propose(task, 6, jax.random.key(0)) if p.structure in ("sum", "gated"))
     loop, run = tuned_in_a_loop(tmp_path, proposal.source, task=task)
     record = run.read_json("iter1/tune.json")
     limits = tuning_limits(parse_proposal(proposal.source), task)
     assert record["limits"] == {k: list(v) for k, v in limits.items()}
+    assert handed == [[limits]]  # what the tuner was given, not only what the record says
     assert {"w_rear_end", "w_contact", "w_positions"} <= set(limits)
     for name, (least, most) in limits.items():
         w = record["params"][name]
         assert (least is None or w >= least * (1 - 1e-5)) and (most is None or w <= most * (1 + 1e-5)), (name, w)
-    assert record["tuned"] == (record["program"] is not None)

@@ -138,10 +138,10 @@ def test_a_rear_end_costs_at_least_ten_places_pay_in_every_program_that_has_both
                                                                               "positions": 5.0}
 
 
-def test_tuning_within_the_proposers_limits_keeps_its_rules():
-    """Tuned toward preferences that want a place paid 3x and every price cut (the judge of a run that
-    tuned a rear-end from 221 to 92), a proposal's named prices do not fall, its place pay does not rise,
-    and a term the task names stays at its library weight or above."""
+def test_at_the_far_corner_of_the_proposers_tuning_limits_its_rules_still_hold():
+    """Where tuning could reach toward a dearer place and every price cut (the judge of a run that tuned a
+    rear-end from 221 to 92), a proposal's named prices have not fallen, its place pay has not risen, and
+    a term the task names is at its library weight or above."""
     import numpy as np
 
     from jaxrace.rewards.proposer import MIN_PLACES_PER_REAR_END, TERMS, parse_proposal, tuning_limits
@@ -163,3 +163,20 @@ def test_tuning_within_the_proposers_limits_keeps_its_rules():
     for t in ("off_course", "wall"):
         assert cheap[t] >= TERMS[t][1] * (1 - 1e-5) and cheap[t] <= p.weights[t]
     assert "w_pace" not in limits and "w_progress" not in limits  # free within the tuner's 3x
+
+
+def test_where_places_pay_a_bound_never_cuts_a_contacts_price_even_if_the_task_does_not_name_it():
+    """'overtake and win' names no contact, but a program that draws a contact term beside its place terms
+    keeps the contact outside the clip or squash, so the price rule holds on what a rear-end costs."""
+    from jaxrace.rewards import compile_rewards
+    from jaxrace.rewards.synthetic import action, view
+
+    bounded = [p for k in range(12) for p in propose("overtake and win", 6, jax.random.key(k))
+               if p.structure in ("clipped", "squashed") and "rear_end" in p.terms]
+    assert bounded
+    for p, r in zip(bounded, compile_rewards([p.source for p in bounded]), strict=True):
+        prev, clear = view(progress=100.0, speed=30.0), view(progress=160.0, speed=30.0)
+        hit = view(progress=160.0, speed=30.0, hit_other_from_behind=True)
+        (t_clear, _), (t_hit, _) = r(prev, action(0.0, 1.0), clear), r(prev, action(0.0, 1.0), hit)
+        cost = p.weights["rear_end"] + p.weights.get("contact", 0.0)
+        assert float(t_clear - t_hit) == pytest.approx(cost, rel=1e-3), p.source

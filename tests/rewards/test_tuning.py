@@ -73,6 +73,23 @@ def test_limits_keep_a_weight_in_its_range_and_the_rest_still_fit(method):
             theta_bounds(defaults, names, config, [bad])
     with pytest.raises(ValueError, match="1 candidates"):
         theta_bounds(defaults, names, config, [None, None])
+    # a negative default: (least, most) in weight units, so -3 is 1.5x its size and -1 half of it;
+    # 0 toward zero leaves that side open; a zero default moves linearly
+    lower, upper = theta_bounds(np.array([[-2.0, 4.0, 0.0]], np.float32), names, config,
+                                [{"a": (-3.0, -1.0), "b": (0.0, 5.0), "c": (-0.5, 0.25)}])
+    np.testing.assert_allclose(lower[0], [math.log(0.5), -math.log(3.0), -0.5], rtol=1e-6)
+    np.testing.assert_allclose(upper[0], [math.log(1.5), math.log(1.25), 0.25], rtol=1e-6)
+
+
+def test_metropolis_hastings_moves_the_free_weights_when_one_is_pinned():
+    """A weight whose limits pin it (least == most == default) stays put, and the chains still move and
+    accept steps in the others (a pinned dimension that stepped would have every step rejected)."""
+    model, defaults, mask, first, second, labels = synthetic_problem()
+    config = TuningConfig(method="mh", beta=2.0)
+    bounds = theta_bounds(defaults, [("a", "b", "c")], config, [{"a": (1.0, 1.0)}])
+    out = fit_returns(model, defaults, mask, first, second, labels, config, bounds=bounds)
+    assert out["theta"][0][0] == 0.0 and out["theta"][0][1] > 0.5  # b toward its 10x answer
+    assert 0.1 < out["acceptance"][0] < 0.9
 
 
 def exact_log_posterior(theta, fixed, feature, first, second, y, beta, prior):
