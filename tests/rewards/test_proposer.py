@@ -131,8 +131,8 @@ def test_a_rear_end_costs_at_least_ten_places_pay_in_every_program_that_has_both
     assert raised > 0
     # exact: raised in proportion, the rest untouched; and nothing to do without both kinds of term
     assert priced({"pace": 4.0, "positions": 5.0, "finish": 16.0, "rear_end": 150.0, "contact": 50.0}) == pytest.approx(
-        {"pace": 4.0, "positions": 5.0, "finish": 16.0, "rear_end": 150.0 * 1.05 * 1.001,
-         "contact": 50.0 * 1.05 * 1.001})
+        {"pace": 4.0, "positions": 5.0, "finish": 16.0, "rear_end": 150.0 * 1.05 * 1.002,
+         "contact": 50.0 * 1.05 * 1.002})
     assert priced({"pace": 4.0, "positions": 50.0}) == {"pace": 4.0, "positions": 50.0}
     assert priced({"rear_end": 100.0, "contact": 10.0, "positions": 5.0}) == {"rear_end": 100.0, "contact": 10.0,
                                                                               "positions": 5.0}
