@@ -306,10 +306,19 @@ def _tuned(t: dict) -> str:
             f"{t['heldout_loglik_after']:.3f}.")
     outcome = (f"carried into the next iteration as <b>{_e(t['program'])}</b>" if t["program"] else
                "the defaults are kept")
-    rows = [[_e(k), f"{v:.4g}", f"{t['params'][k]:.4g}", f"{t['params'][k] / v:.2f}x" if v else "-"]
+    limits = t.get("limits") or {}
+
+    def kept(name: str) -> str:  # the range a weight was tuned within (the offline proposer's rules)
+        least, most = limits.get(name, (None, None))
+        return ("" if least is None and most is None else f"at least {least:.4g}" if most is None
+                else f"at most {most:.4g}" if least is None else f"{least:.4g} to {most:.4g}")
+
+    rows = [[_e(k), f"{v:.4g}", f"{t['params'][k]:.4g}", f"{t['params'][k] / v:.2f}x" if v else "-", kept(k)]
             for k, v in t["defaults"].items()]
+    rules = (" Tuned within the offline proposer's rules: a price the task names never falls and a place's "
+             "pay never rises." if limits else "")
     return (f"<h3>Weight tuning ({_e(t['method'])})</h3><p>{_e(t['candidate'])}: {_e(t['reason'])}; "
-            f"{outcome}.{held}</p>" + _table(["weight", "program", "tuned", "change"], rows))
+            f"{outcome}.{held}{rules}</p>" + _table(["weight", "program", "tuned", "change", "kept within"], rows))
 
 
 def _start_note(run: RunDir, d: str) -> str:

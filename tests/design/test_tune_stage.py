@@ -74,3 +74,13 @@ def test_an_offline_proposal_is_tuned_within_the_proposers_limits(tmp_path, monk
     for name, (least, most) in limits.items():
         w = record["params"][name]
         assert (least is None or w >= least * (1 - 1e-5)) and (most is None or w <= most * (1 + 1e-5)), (name, w)
+
+    # the report's tuning table says what each weight was kept within
+    from jaxrace.design.report import _tuned
+
+    html = _tuned(record)
+    assert "Tuned within the offline proposer's rules" in html
+    least = limits["w_rear_end"][0]
+    assert f"<td>w_rear_end</td><td>{least:.4g}</td>" in html and f"at least {least:.4g}" in html
+    low, high = limits["w_positions"]  # named by the task (at least the library's 5) and paying a place
+    assert f"{low:.4g} to {high:.4g}" in html
