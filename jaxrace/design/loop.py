@@ -450,7 +450,8 @@ class Loop:
             self.run.write_json(f"iter{k}/tune.json", {"program": None, "candidate": name, "reason": str(err)})
             return
         compiled = load_reward(self.run.file(f"{folder}/{name}.jaxreward"))
-        # a program the offline proposer wrote keeps its rules through tuning (its named prices never fall)
+        # a program in the offline proposer's form (its own, or an LLM's that kept its w_<term> weights) keeps
+        # the proposer's rules through tuning: its named prices never fall
         proposal = parse_proposal(self.run.file(f"{folder}/{name}.py").read_text(encoding="utf-8"))
         limits = tuning_limits(proposal, c.task) if proposal is not None else None
         with self.display.task(f"iter{k}/tune: {name}'s weights, {c.tune_weights}, {len(labels)} preferences",
