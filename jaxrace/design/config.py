@@ -46,6 +46,11 @@ class DesignConfig:
     llm_token_budget: int = 0  # tokens for the whole run; 0: no limit
     llm_call_budget: int = 0  # requests for the whole run; 0: no limit
     llm_max_prompt_chars: int = 24_000
+    # a library reward to start from (Eureka's start from a human reward): iteration 1 races it beside
+    # the M - 1 new candidates, carried like a previous best, and its prompt offers it as the program to
+    # improve on, written in the offline proposer's terms (`jaxrace.rewards.proposer.library_proposal`).
+    # "": start from nothing
+    start_reward: str = ""
     iterations: int = 2
     m: int = 4
     n: int = 3
@@ -205,6 +210,12 @@ class DesignConfig:
             problems.append(f"judge_selection must be all or active (got {self.judge_selection!r})")
         from jaxrace.rewards.library import LIBRARY
 
+        if self.start_reward:
+            from jaxrace.rewards.proposer import LIBRARY_FORMS
+
+            if self.start_reward not in LIBRARY_FORMS:
+                problems.append(f"start_reward must be '' or a library reward, one of "
+                                f"{', '.join(sorted(LIBRARY_FORMS))} (got {self.start_reward!r})")
         if self.pretrain_reward not in LIBRARY:
             problems.append(f"pretrain_reward must be a library reward, one of {', '.join(sorted(LIBRARY))} "
                             f"(got {self.pretrain_reward!r})")

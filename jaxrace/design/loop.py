@@ -377,6 +377,7 @@ class Loop:
     def generate(self, k: int) -> None:
         """M compiled candidates: the previous best carried over, the rest written by the LLM (or offline)."""
         from jaxrace.llm import LLMError, generate
+        from jaxrace.llm.generate import Generation
         from jaxrace.rewards import load_reward
 
         c = self.config
@@ -405,15 +406,24 @@ class Loop:
                                                        f"weights tuned ({tuned['method']}, {tuned['reason']})",
                                "components": list(compiled.component_names), "params": dict(compiled.params)})
             exclude.append(source)
+        if k == 1 and c.start_reward:
+            start = self._start_reward(folder)
+            candidates.append(start)
+            exclude.append(self.run.file(f"{folder}/{start['name']}.py").read_text(encoding="utf-8"))
+            feedback = (f"No iteration has run yet. The program to improve on is the library's {c.start_reward} "
+                        f"reward, written in the same terms as yours; it races beside your candidates as "
+                        f"{start['name']}.\n\n### The best program: {start['name']}\n```python\n{exclude[-1]}```\n")
         chat = self.chat
         chat.stage = f"iter{k}/generate"
         with self.display.task(f"iter{k}/generate: {c.llm} LLM writes, the sandbox compiles", total=c.m) as advance:
             advance(len(candidates))
+            # the carried programs may fill all M (M = 2 with a tuned best, or 1 with a start reward)
             result = generate(chat, c.task, c.m - len(candidates), feedback, repairs=c.llm_repairs,
                               concurrency=c.llm_concurrency, seed=_crc(f"{c.seed}/iter{k}/generate"),
                               temperature=c.llm_temperature, max_tokens=c.llm_max_tokens,
                               max_prompt_chars=c.llm_max_prompt_chars, exclude=exclude,
-                              on_program=lambda _: advance(1), compile_fn=self._compile_fn())
+                              on_program=lambda _: advance(1),
+                              compile_fn=self._compile_fn()) if c.m > len(candidates) else Generation([], [])
         for program in result.programs:
             name = f"i{k}-c{len(candidates) + 1}"
             self.run.write_text(f"{folder}/{name}.py", program.source)
@@ -426,10 +436,26 @@ class Loop:
                                                         "attempts": result.attempts})
         if result.stopped:
             self.run.log(f"iter{k}/generate: stopped early: {result.stopped}")
-        if len(candidates) < 2 and not result.programs:
+        if len(candidates) < min(2, c.m) and not result.programs:
             raise LLMError(f"iteration {k}: the LLM gave no program that compiles ({result.stopped}); every "
                                f"attempt is in {self.run.file(f'iter{k}/attempts.json')}")
         self.run.write_json(f"iter{k}/candidates.json", candidates)
+
+    def _start_reward(self, folder: str) -> dict:
+        """The library reward the run starts from (`start_reward`), compiled into iteration 1 as i1-c1."""
+        from jaxrace.rewards.compiler import RewardCompileError
+        from jaxrace.rewards.proposer import library_proposal
+
+        c, name = self.config, "i1-c1"
+        source = library_proposal(c.start_reward, c.task).source
+        compiled = self._compile_fn()([source], names=[name])[0]
+        if isinstance(compiled, RewardCompileError):  # the proposer's own terms: a bug, not an LLM's error
+            raise RuntimeError(f"the start reward {c.start_reward!r} did not compile: {compiled}")
+        self.run.write_text(f"{folder}/{name}.py", source)
+        compiled.save(self.run.file(f"{folder}/{name}.jaxreward"))
+        return {"name": name, "origin": f"carried from the start: the library's {c.start_reward} in the offline "
+                                        "proposer's terms (start_reward)",
+                "components": list(compiled.component_names), "params": dict(compiled.params)}
 
     def tune(self, k: int) -> None:
         """The best program's weights fitted to every stored preference (`jaxrace.rewards.tuning`); when

@@ -85,16 +85,16 @@ def _rng(key: jax.Array) -> np.random.Generator:
 
 
 def _program(task: str, index: int, m: int, terms: list[str], structure: str, weights: dict[str, float],
-             cap: float) -> str:
+             cap: float, title: str | None = None) -> str:
     """The program's source. A clipped or squashed sum bounds the terms the task does not name (a
     progress term always among them) and adds the task's terms after the bound, and the contact terms
     too where the program pays for places (the price rule is on their full weights): clipped to 5-30, a
     rear-end's 100 cost at most a few places' pay, and those programs won the search by force
     (docs/headline_experiment.md, *The bound leaves the task's terms whole*)."""
     task_line = " ".join(task.split())[:200].replace('"""', "'''")
+    title = title or f"Offline proposal {index + 1} of {m} (jaxrace offline proposer, not an LLM)"
     lines = [
-        f'"""Offline proposal {index + 1} of {m} (jaxrace offline proposer, not an LLM): '
-        f'{STRUCTURES[structure]}; terms: {", ".join(terms)}."""',
+        f'"""{title}: {STRUCTURES[structure]}; terms: {", ".join(terms)}."""',
         f"# task: {task_line}",
         "",
         "PARAMS = {",
@@ -238,6 +238,30 @@ def propose(task: str, m: int, key: jax.Array, parents: tuple[ProposedReward, ..
         proposals.append(ProposedReward(name=f"offline-{first + index + 1}", source=source, terms=tuple(terms),
                                         structure=structure, weights=weights, cap=cap))
     return proposals
+
+
+# The library rewards in the proposer's terms, for a run that starts from one (`DesignConfig.start_reward`,
+# Eureka's start from a human reward). gt_sophy's terms at its weights, but for its off-course penalty per
+# metre driven off the course (1.5 x 0.1 x speed a step), which is the proposer's `off_course` at 1.5
+# (1.5 + 0.15 x speed a step), the nearest term it has.
+LIBRARY_FORMS = {
+    "gt_sophy": {"progress": 1.0, "off_course": 1.5, "wall": 1.0, "slip": 10.0, "positions": 5.0, "closing": 0.2,
+                 "rear_end": 100.0, "contact": 10.0},
+    "progress": {"progress": 1.0},
+}
+
+
+def library_proposal(name: str, task: str) -> ProposedReward:
+    """The library reward `name` written as the proposer writes programs (a plain sum of its terms at the
+    library's weights), so that the proposer can mutate it and weight tuning can tune it."""
+    if name not in LIBRARY_FORMS:
+        raise ValueError(f"no library reward {name!r} in the proposer's terms; choose from {sorted(LIBRARY_FORMS)}")
+    weights = LIBRARY_FORMS[name]
+    terms = [t for t in TERMS if t in weights]
+    title = f"The library's {name} in the offline proposer's terms (a start for reward design)"
+    source = _program(task, 0, 1, terms, "sum", weights, 10.0, title=title)
+    return ProposedReward(name=name, source=source, terms=tuple(terms), structure="sum", weights=dict(weights),
+                          cap=10.0)
 
 
 def _body_digest(source: str) -> str:

@@ -44,6 +44,8 @@ def test_toml_then_options_override_the_preset(tmp_path):
     ("corner_start_prob = 0.5\ntraffic_start_gap = 0.0\n", "corner_start_prob needs traffic_start_gap > 0"),
     ("pretrain_reward = 'speed'\n", "pretrain_reward must be a library reward, one of gt_sophy, progress "
                                      "\\(got 'speed'\\)"),
+    ("start_reward = 'sophy'\n", "start_reward must be '' or a library reward, one of gt_sophy, progress "
+                                  "\\(got 'sophy'\\)"),
     ("pretrain_epochs = 75\n", "chunk_epochs \\(50\\) must divide pretrain_epochs \\(75\\)"),
     ("pretrain_epochs = -50\n", "pretrain_epochs must be at least 0 \\(got -50\\)"),
     ("start_hold_epochs = -1\n", "start_hold_epochs must be at least 0 \\(got -1\\)"),

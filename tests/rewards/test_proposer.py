@@ -180,3 +180,28 @@ def test_where_places_pay_a_bound_never_cuts_a_contacts_price_even_if_the_task_d
         (t_clear, _), (t_hit, _) = r(prev, action(0.0, 1.0), clear), r(prev, action(0.0, 1.0), hit)
         cost = p.weights["rear_end"] + p.weights.get("contact", 0.0)
         assert float(t_clear - t_hit) == pytest.approx(cost, rel=1e-3), p.source
+
+
+def test_the_library_gt_sophy_in_the_proposers_terms_pays_what_the_library_pays_on_the_course():
+    """A run can start from the library's gt_sophy (`start_reward`): the proposer writes it in its own terms
+    at the library's weights, so it can mutate and tune it. On the course (its off-course term differs by
+    1.5 a step off it, the nearest term the proposer has) every transition pays what the library's does."""
+    from jaxrace.rewards.library import library_reward
+    from jaxrace.rewards.proposer import LIBRARY_FORMS, library_proposal, parse_proposal
+    from jaxrace.rewards.synthetic import action, view
+
+    p = library_proposal("gt_sophy", TASK)
+    assert parse_proposal(p.source).weights == LIBRARY_FORMS["gt_sophy"] == p.weights
+    ours, library = compile_reward(p.source, name="start"), library_reward("gt_sophy")
+    prev = view(progress=100.0, speed=40.0, rank=5, gap_ahead=20.0)
+    cases = [view(progress=104.0, speed=40.0, rank=5, gap_ahead=18.5),  # closing on the car ahead
+             view(progress=104.5, speed=41.0, rank=4, gap_ahead=30.0),  # a place gained
+             view(progress=103.0, speed=30.0, rank=5, gap_ahead=19.0, hit_other_from_behind=True),
+             view(progress=103.5, speed=38.0, rank=5, side_contact=True, tyre_slip=0.3, wall_contact=True)]
+    for curr in cases:
+        assert float(ours(prev, action(), curr)[0]) == pytest.approx(float(library(prev, action(), curr)[0]),
+                                                                     rel=1e-6)
+    off = view(progress=102.0, speed=20.0, rank=5, off_course=True)
+    assert float(ours(prev, action(), off)[0]) == pytest.approx(float(library(prev, action(), off)[0]) - 1.5)
+    with pytest.raises(ValueError, match="no library reward 'sophy'.*gt_sophy"):
+        library_proposal("sophy", TASK)
