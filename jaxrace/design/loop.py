@@ -486,7 +486,7 @@ class Loop:
                           TuningConfig(method=c.tune_weights, seed=c.seed), limits=None if limits is None else [limits])
         (one,) = result.candidates
         record = dataclasses.asdict(one) | {"candidate": name, "method": c.tune_weights, "program": None,
-                                            "fit_seconds": result.fit_seconds, "limits": limits}
+                                            "fit_seconds": result.fit_seconds, "clips": result.clips, "limits": limits}
         if one.tuned:
             tuned_name = f"{re.sub(r'-t[0-9]+$', '', name)}-t{k}"
             source = with_params(self.run.file(f"{folder}/{name}.py").read_text(encoding="utf-8"), one.params)

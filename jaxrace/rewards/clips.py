@@ -49,6 +49,36 @@ def cut_clip(views: RaceView, actions: Action, done: jax.Array, start: jax.Array
                 actions=jax.tree.map(lambda x: take(x, length), actions), valid=valid)
 
 
+def unique_clips(first: Clip, second: Clip) -> tuple[Clip, np.ndarray, np.ndarray]:
+    """The distinct clips of pairs (first[p], second[p]), and where each pair's two clips are among them.
+
+    A judged clip is usually in many pairs (every clip of a race is compared with several others), so
+    whatever evaluates programs on the pairs' clips costs pairs / distinct clips times less on these.
+
+    Args:
+        first, second: Clips with leading axis P (numpy or jax; read on the host).
+
+    Returns:
+        (clips with leading axis K <= 2P, in order of first appearance (first[0], second[0], first[1], ...),
+        i32[P] index of first[p] among them, i32[P] index of second[p]). Clips are the same when every
+        array holds the same bytes.
+    """
+    both = jax.tree.map(lambda a, b: np.stack([np.asarray(a), np.asarray(b)], axis=1).reshape(-1, *np.shape(a)[1:]),
+                        first, second)  # [2P, ...]: first[0], second[0], first[1], ...
+    leaves = jax.tree.leaves(both)
+    rows = leaves[0].shape[0]
+    seen: dict[tuple[bytes, ...], int] = {}
+    keep, index = [], np.empty(rows, np.int32)
+    for r in range(rows):
+        key = tuple(np.ascontiguousarray(x[r]).tobytes() for x in leaves)
+        if key not in seen:
+            seen[key] = len(keep)
+            keep.append(r)
+        index[r] = seen[key]
+    clips = jax.tree.map(lambda x: x[np.asarray(keep)], both)
+    return clips, index[0::2], index[1::2]
+
+
 def race_events(views: RaceView) -> np.ndarray:
     """f32[..., S]: things a judge looks for at each step (host-side numpy) from views [..., S + 1].
 

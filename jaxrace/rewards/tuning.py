@@ -5,7 +5,7 @@ returns order the stored clip pairs as the judges did.
 
 The objective. A clip's return is the mean reward per valid step (TAC's default). For
 pair p, with d_p = (R_w(first) - R_w(second)) / s_w, where s_w is the standard deviation
-of the returns over the clips fitted on:
+of the returns over the clips fitted on (each distinct clip once, however many pairs hold it):
 
     log L(w) = sum_p  y_p log sigmoid(beta d_p) + (1 - y_p) log sigmoid(-beta d_p)
 
@@ -32,7 +32,9 @@ Methods, all candidates (and chains or restarts) in one jitted call:
 Returns are exactly linear in the weights for most programs (weighted sums of terms);
 then they are computed once with their Jacobian and every step after costs a matrix
 product. Otherwise (checked numerically at random weights) every step evaluates the
-programs on every clip (its gradient through the program's exported VJP).
+programs on every clip (its gradient through the program's exported VJP). Either way a clip
+judged in many pairs is evaluated once (`unique_clips`): a loop's store of whole-race clips
+holds 2-3 pairs per clip.
 
 Host-side orchestration (splits, guard rails, reporting) is plain Python around the
 jitted fits.
@@ -52,7 +54,7 @@ import numpy as np
 
 from jaxrace.jit import jit
 from jaxrace.rewards.bank import RewardBank
-from jaxrace.rewards.clips import Clip
+from jaxrace.rewards.clips import Clip, unique_clips
 from jaxrace.rewards.tac import clip_returns
 
 METHODS = ("mh", "grad", "soft-tac")
@@ -126,6 +128,7 @@ class TuningResult:
     params: np.ndarray  # f32[N, P]: the bank's params matrix with the tuned weights
     method: str
     fit_seconds: float  # the jitted fit, compile included
+    clips: int = 0  # distinct clips the programs were evaluated on (a clip judged in many pairs counts once)
 
     def __getitem__(self, name: str) -> CandidateTuning:
         return next(c for c in self.candidates if c.name == name)
@@ -435,7 +438,6 @@ def tune(bank: RewardBank, first: Clip, second: Clip, labels, config: TuningConf
     if labels.ndim != 1 or first.valid.shape[0] != labels.shape[0] or second.valid.shape[0] != labels.shape[0]:
         raise ValueError(f"labels must be [P] with P clips on each side; got labels {labels.shape}, "
                          f"first {first.valid.shape}, second {second.valid.shape}")
-    n_pairs = labels.shape[0]
     defaults = np.asarray(bank.default_params())
     names = bank.param_names
     mask = np.zeros_like(defaults)
@@ -443,14 +445,14 @@ def tune(bank: RewardBank, first: Clip, second: Clip, labels, config: TuningConf
         mask[n, :len(own)] = 1.0
     bounds = theta_bounds(defaults, names, config, limits)
     fit, held = split_pairs(labels, config.holdout, config.seed)
-    clips = jax.tree.map(lambda a, b: jnp.concatenate([jnp.asarray(a), jnp.asarray(b)]), first, second)
+    clips, first_index, second_index = unique_clips(first, second)
     t0 = time.perf_counter()
     result = None
     holds = np.zeros(bank.num_rewards, bool)
     if bank.num_params > 0 and fit.sum() >= config.min_preferences:
         affine, holds = linear_model(bank, clips, jax.random.fold_in(jax.random.key(config.seed), 1))
         ids = [zlib.crc32(r.name.encode()) & 0x7FFFFFFF for r in bank.rewards]
-        result = fit_returns(affine, defaults, mask, np.arange(n_pairs), n_pairs + np.arange(n_pairs), labels,
+        result = fit_returns(affine, defaults, mask, first_index, second_index, labels,
                              config, exact=np.flatnonzero(~holds), bank=bank, clips=clips, ids=ids, bounds=bounds)
     seconds = time.perf_counter() - t0
 
@@ -494,7 +496,7 @@ def tune(bank: RewardBank, first: Clip, second: Clip, labels, config: TuningConf
                                    heldout_accuracy_after=acc_a, heldout_loglik_before=ll_b,
                                    heldout_loglik_after=ll_a, **mh, **common))
     return TuningResult(candidates=tuple(out), params=matrix.astype(np.float32), method=config.method,
-                        fit_seconds=seconds)
+                        fit_seconds=seconds, clips=int(clips.valid.shape[0]))
 
 
 def _finite_or_none(x) -> float | None:

@@ -38,6 +38,7 @@ def test_the_tuned_best_joins_the_next_iteration_beside_the_best(tmp_path):
     loop, run = tuned_in_a_loop(tmp_path, LINEAR)
     record = run.read_json("iter1/tune.json")
     assert record["limits"] is None  # not the offline proposer's program: only the tuner's own 3x
+    assert record["clips"] == 160  # each stored clip evaluated once
     assert record["program"] == "i1-c2-t1" and record["tuned"] and record["method"] == "grad"
     tuned = load_reward(run.file("iter1/tuned/i1-c2-t1.jaxreward"))
     assert tuned.params["w_off"] / tuned.params["w_speed"] > 5  # the truth is 20, the default 1

@@ -305,3 +305,46 @@ def test_with_params_rewrites_only_the_params_literal():
         with_params(source, {"w_contact": 1.0})
     with pytest.raises(ValueError, match="no module-level PARAMS"):
         with_params("def reward(prev, action, curr):\n    return 0.0, {}\n", {})
+
+
+def test_unique_clips_keeps_each_clip_once_and_says_where_every_pairs_clips_are():
+    import jax
+
+    from jaxrace.rewards.clips import unique_clips
+
+    pool, _, _ = racing_clips(pairs=3, steps=4)  # clips a, b, c
+    take = lambda rows: jax.tree.map(lambda x: x[np.asarray(rows)], pool)  # noqa: E731
+    clips, first, second = unique_clips(take([0, 1, 0, 2]), take([1, 2, 2, 2]))
+    assert first.tolist() == [0, 1, 0, 2] and second.tolist() == [1, 2, 2, 2] and first.dtype == np.int32
+    assert clips.valid.shape == (3, 4)
+    for got, want in zip(jax.tree.leaves(clips), jax.tree.leaves(take([0, 1, 2])), strict=True):
+        np.testing.assert_array_equal(got, want)
+    # order of first appearance; a clip whose arrays differ in one byte is another clip
+    other = take([2, 0])
+    other = other._replace(valid=other.valid.copy())
+    other.valid[1, -1] = False
+    clips, first, second = unique_clips(take([2, 0]), other)
+    assert (first.tolist(), second.tolist(), clips.valid.shape[0]) == ([0, 1], [0, 2], 3)
+
+
+def test_tuning_on_pairs_that_share_clips_evaluates_each_clip_once_and_still_finds_the_weight(programs):
+    import jax
+
+    from jaxrace.rewards import RewardBank
+    from jaxrace.rewards.tuning import tune
+
+    pool = jax.tree.map(lambda x, y: np.concatenate([x, y]), *racing_clips(pairs=20)[:2])
+    # 40 clips, each judged in ~15 of 300 pairs, as a loop's store holds them
+    rng = np.random.default_rng(1)
+    a = rng.integers(0, 40, 300)
+    b = (a + rng.integers(1, 40, 300)) % 40
+    truth = pool.views.speed[:, 0] - 20.0 * pool.views.off_course[:, 1:].mean(axis=1)
+    d = (truth[a] - truth[b]) / truth.std()
+    labels = np.where(rng.uniform(size=300) < 1 / (1 + np.exp(-2.0 * d)), 1.0, -1.0).astype(np.float32)
+    take = lambda rows: jax.tree.map(lambda x: x[rows], pool)  # noqa: E731
+    result = tune(RewardBank.from_compiled([programs[0]]), take(a), take(b), labels,
+                  TuningConfig(method="grad", beta=2.0, max_factor=math.inf))
+    assert result.clips == len(set(a) | set(b)) == 40
+    one = result["linear"]
+    assert one.tuned, one.reason
+    assert one.params["w_off"] / one.params["w_speed"] == pytest.approx(20.0, rel=0.3)
