@@ -27,7 +27,7 @@ from pathlib import Path
 from common import print_table, write_results
 
 from jaxrace.design.config import load_config
-from jaxrace.design.loop import LIBRARY_BASELINES, race_summary, run_design
+from jaxrace.design.loop import LIBRARY_BASELINES, loop_agent, race_summary, run_design
 from jaxrace.envs.parallel import cpu_devices, use_cpu_devices
 
 TARGETS = {"median finish <= 3": ("median_position", 3.0), "<= 1 at-fault contact per race":
@@ -117,6 +117,7 @@ def main() -> None:
     run_dir = Path(args.run_dir)
     report = run_design(config, run_dir, quiet=args.quiet)
     final, ref = final_table(run_dir)
+    agent = loop_agent(run_dir)
     stages = json.loads((run_dir / "stages.json").read_text())
 
     rows, table = [], []
@@ -125,7 +126,8 @@ def main() -> None:
         lap = "no lap" if r["best_lap"] is None else f"{r['best_lap']:.2f} s ({100 * r['lap_gap']:+.1f}%)"
         trial = ("no full lap" if r["trial_lap"] is None else
                  f"{r['trial_lap']:.2f} s ({100 * r['trial_gap']:+.1f}%)") + f", {r['trial_outs']} outs"
-        who = f"{r['candidate']} ({'library' if r['library'] else 'the loop'})"
+        role = "library" if r["library"] else "the loop" if r["candidate"] == agent else "a finalist not picked"
+        who = f"{r['candidate']} ({role})"
         table.append([who, f"{r['env_steps']:,}", r["kept_epoch"], trial, f"{r['median_position']:g}",
                       f"{r['at_fault_contacts_per_race']:.2f}", f"{r['course_outs_per_race']:.2f}", lap,
                       f"{sum(met.values())} of {len(met)}"])
@@ -141,7 +143,7 @@ def main() -> None:
                   "reference_lap": ref, "gap": r["trial_gap"], "course_outs": r["trial_outs"]},
                  {"name": f"{prefix}: env steps trained", "value": r["env_steps"], "unit": "steps",
                   "kept_epoch": r["kept_epoch"], "failed": r["failed"], "library": r["library"],
-                  "targets_met": met}]
+                  "loop_agent": r["candidate"] == agent, "targets_met": met}]
     search = search_steps(run_dir)
     rows.append({"name": "search: env steps trained before the final job", "value": search, "unit": "steps"})
     for stage, s in stages.items():
@@ -156,7 +158,7 @@ def main() -> None:
     print_table(["agent", "final env steps", "kept epoch", "time trial", "median finish", "at fault / race",
                  "outs / race", "best race lap", "targets met"], table)
     print(f"search before the final job: {search:,} env steps; whole run {total / 60:.1f} min (sum of stages)")
-    winner = next((r for r in final if not r["library"]), None)
+    winner = next((r for r in final if r["candidate"] == agent), None)
     if winner is None:
         print("the loop's agent: none (no candidate trained in any iteration)")
     for name, ok in targets_met(winner or {}).items():

@@ -103,6 +103,11 @@ class DesignConfig:
     epochs: int = 150
     chunk_epochs: int = 50
     final_epochs: int = 300
+    # the final job trains the last iteration's best this many candidates (in Bradley-Terry's order)
+    # beside the library rewards, and with more than one the judge compares their final races and picks
+    # the loop's agent: the search's short budget ranks rewards by what a car learns in it, the final
+    # budget by what it learns in the long run (successive halving's last rung)
+    final_candidates: int = 1
     # iterations after the first train their candidates on from the best candidate's agents so far
     # (networks and temperature; each seed from that seed's), not from scratch, so that a search budget
     # too short to learn to race still shows the judge racing; the final job starts from scratch
@@ -189,7 +194,7 @@ class DesignConfig:
                     "llm_concurrency", "llm_max_tokens", "llm_max_prompt_chars",
                     "updates_per_epoch", "batch_size", "replay_size", "epochs", "chunk_epochs", "final_epochs",
                     "eval_races", "final_races", "clips_per_race", "judge_frames", "select_races",
-                    "keep_best_average")
+                    "keep_best_average", "final_candidates")
         problems += [f"{k} must be at least 1 (got {getattr(self, k)})" for k in positive if getattr(self, k) < 1]
         nonneg = ("warmup_epochs", "opponents", "videos_per_candidate", "tac_min_preferences", "bootstrap_races",
                   "judge_equal_within", "llm_repairs", "llm_token_budget", "llm_call_budget", "judge_budget",
@@ -198,6 +203,9 @@ class DesignConfig:
         problems += [f"{k} must be at least 0 (got {getattr(self, k)})" for k in nonneg if getattr(self, k) < 0]
         if self.n > self.m:
             problems.append(f"n (trained per iteration, {self.n}) cannot exceed m (generated, {self.m})")
+        if self.final_candidates > self.n:
+            problems.append(f"final_candidates ({self.final_candidates}) cannot exceed n (trained per iteration, "
+                            f"{self.n}): they are the last iteration's best")
         for name, value, choices in (("llm", self.llm, LLMS), ("judge", self.judge, JUDGES),
                                      ("actor_input", self.actor_input, ACTOR_INPUTS)):
             if value not in choices:

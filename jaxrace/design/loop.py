@@ -17,7 +17,10 @@ Stages, each writing its files to the run directory before it is marked finished
     iter{k}/rank              Bradley-Terry, the best candidate, feedback for the next iteration
     iter{k}/tune              (tune_weights) the best program's weights fitted to every stored
                               preference; the tuned program joins the next iteration
-    final/train, final/race   the winner and the library rewards on a longer, equal budget
+    final/train, final/race   the winner (final_candidates: the last iteration's best few) and the library
+                              rewards on a longer, equal budget
+    final/judge               (final_candidates > 1) the judge compares the finalists' final races;
+                              Bradley-Terry picks the loop's agent
     final/trial               each final agent alone for two laps: its lap against the reference
     report                    report.html
 
@@ -316,6 +319,8 @@ class Loop:
         self.last_iteration = k - 1
         self.stage("final/train", self.train, "final")
         self.stage("final/race", self.race, "final")
+        if len(self._finalists()) > 1:
+            self.stage("final/judge", self.judge_final)
         self.stage("final/trial", self.time_trial)
         from jaxrace.design.report import write_report
 
@@ -533,8 +538,7 @@ class Loop:
     def _runs(self, k) -> tuple[list[str], str]:
         """(candidate names trained in stage k, the folder of their artifacts)."""
         if k == "final":
-            best = self._best(self.last_iteration)
-            return ([] if best is None else [best[0]]) + list(LIBRARY_BASELINES), "final/candidates"
+            return [name for name, _ in self._finalists()] + list(LIBRARY_BASELINES), "final/candidates"
         if k == "pretrain":
             return [self.config.pretrain_reward], "pretrain/candidates"
         return self.run.read_json(f"iter{k}/select.json")["selected"], f"iter{k}/candidates"
@@ -545,6 +549,18 @@ class Loop:
         if rank["best"] is None:
             return None
         return rank["best"], rank.get("best_folder", f"iter{k}/candidates")
+
+    def _finalists(self) -> list[tuple[str, str]]:
+        """(name, folder of its program) of the loop's candidates in the final job: the best after the last
+        iteration, then that iteration's next trained candidates in Bradley-Terry's order, `final_candidates`
+        in all; empty while none trained."""
+        k = self.last_iteration
+        best = self._best(k)
+        if best is None:
+            return []
+        rank = self.run.read_json(f"iter{k}/rank.json")
+        more = [(n, f"iter{k}/candidates") for n in rank["order"] if n != best[0] and not rank["failed"][n]]
+        return ([best] + more)[:self.config.final_candidates]
 
     @staticmethod
     def _carried_untuned(k: int, candidates: list[dict]) -> str | None:
@@ -599,13 +615,9 @@ class Loop:
 
         folder = "final/candidates"
         self.run.file(folder).mkdir(parents=True, exist_ok=True)  # (no winner's files make it when none trained)
-        best = self._best(self.last_iteration)
-        if best is not None:
-            winner, where = best
-            self.run.write_text(f"{folder}/{winner}.py",
-                                self.run.file(f"{where}/{winner}.py").read_text(encoding="utf-8"))
-            load_reward(self.run.file(f"{where}/{winner}.jaxreward")).save(
-                self.run.file(f"{folder}/{winner}.jaxreward"))
+        for name, where in self._finalists():
+            self.run.write_text(f"{folder}/{name}.py", self.run.file(f"{where}/{name}.py").read_text(encoding="utf-8"))
+            load_reward(self.run.file(f"{where}/{name}.jaxreward")).save(self.run.file(f"{folder}/{name}.jaxreward"))
         for name in LIBRARY_BASELINES:
             library_reward(name).save(self.run.file(f"{folder}/{name}.jaxreward"))
 
@@ -832,16 +844,24 @@ class Loop:
         metrics = [[dataclasses.asdict(m) for m in per_run] for per_run in ev.metrics]
         self.run.write_json(f"{d}/race/metrics.json", {"runs": runs, "races": metrics, "reference_lap": e.ref_lap})
         self.run.write_json(f"{d}/race/components.json", self._component_stats(bank, ev, runs, names))
+        clips_json, clips_dir, iteration = f"{d}/race/clips.json", d, k
         if k == "final":
             self.run.write_json(f"{d}/race/track.json", centre_line(e.race_params))
             self._videos(d, [(r["candidate"], ri, 0, 0) for ri, r in enumerate(runs) if r["seed"] == 0],
                          ev.states, seconds=min(30.0, e.race_steps * e.race_env.static.dt))
-            return
-        ok = [ri for ri, r in enumerate(runs) if not r["failed"]]
-        ids = self._store_clips(d, k, [runs[ri]["candidate"] for ri in ok], [runs[ri]["seed"] for ri in ok], ok,
-                                jax.tree.map(lambda x: x[np.asarray(ok, int)], ev.states),
+            finalists = [n for n, _ in self._finalists()]
+            if len(finalists) < 2:
+                return
+            # the judge picks among the loop's finalists from their final races' clips (stored as iteration K + 1)
+            ok = [ri for ri, r in enumerate(runs) if r["candidate"] in finalists and not r["failed"]]
+            clips_dir, iteration = "final/clips", self.last_iteration + 1
+        else:
+            ok = [ri for ri, r in enumerate(runs) if not r["failed"]]
+        ids = self._store_clips(clips_dir, iteration, [runs[ri]["candidate"] for ri in ok],
+                                [runs[ri]["seed"] for ri in ok], ok, jax.tree.map(lambda x: x[np.asarray(ok, int)],
+                                                                                  ev.states),
                                 ev.actions[np.asarray(ok, int)], same_race=True) if ok else {}
-        self.run.write_json(f"{d}/race/clips.json", {f"{a}/{b}/{s}": v for (a, b, s), v in ids.items()})
+        self.run.write_json(clips_json, {f"{a}/{b}/{s}": v for (a, b, s), v in ids.items()})
 
     def time_trial(self) -> None:
         """Each final agent alone for two laps from a standing start (the races' laps are in traffic)."""
@@ -1012,19 +1032,9 @@ class Loop:
         c = self.config
         d = f"iter{k}"
         runs = self.run.read_json(f"{d}/train/curves.json")["runs"]
-        ids = self.run.read_json(f"{d}/race/clips.json")
-        ok = [ri for ri, r in enumerate(runs) if not r["failed"]]
         rng = np.random.default_rng([c.seed, k, 0x9A1D])
-        pairs = []
-        for seed in range(c.seeds):
-            mine = [ri for ri in ok if runs[ri]["seed"] == seed]
-            for i in range(c.eval_races):
-                for j in range(c.clips_per_race):
-                    for a, b in itertools.combinations(mine, 2):
-                        if rng.uniform() < 0.5:
-                            a, b = b, a
-                        key = f"{d}/seed{seed}/race{i}/slot{j}/{runs[a]['candidate']}~{runs[b]['candidate']}"
-                        pairs.append((key, ids[f"{a}/{i}/{j}"], ids[f"{b}/{i}/{j}"]))
+        pairs = self._same_race_pairs(d, runs, [ri for ri, r in enumerate(runs) if not r["failed"]], c.eval_races,
+                                      rng)
         if c.judge_selection == "active" and 0 < c.judge_budget < len(pairs):
             records = self._judge_active(k, pairs, d, runs, rng)
         else:
@@ -1034,6 +1044,52 @@ class Loop:
         if stats is not None:  # the VLM judge's skips, order disagreements and position bias so far
             self.run.write_json(f"{d}/judge_stats.json", dataclasses.asdict(stats) | {
                 "position_bias": stats.position_bias})
+
+    def _same_race_pairs(self, d: str, runs: list[dict], ok: list[int], races: int, rng) -> list[tuple]:
+        """(key, first clip id, second clip id) for every two of the `ok` runs of one seed on the same race and
+        clip slot, in an order drawn from `rng`; the clip ids from d/race/clips.json."""
+        ids = self.run.read_json(f"{d}/race/clips.json")
+        pairs = []
+        for seed in range(self.config.seeds):
+            mine = [ri for ri in ok if runs[ri]["seed"] == seed]
+            for i in range(races):
+                for j in range(self.config.clips_per_race):
+                    for a, b in itertools.combinations(mine, 2):
+                        if rng.uniform() < 0.5:
+                            a, b = b, a
+                        key = f"{d}/seed{seed}/race{i}/slot{j}/{runs[a]['candidate']}~{runs[b]['candidate']}"
+                        pairs.append((key, ids[f"{a}/{i}/{j}"], ids[f"{b}/{i}/{j}"]))
+        return pairs
+
+    def judge_final(self) -> None:
+        """The judge compares the loop's finalists on every final race (clip slot and seed alike); Bradley-Terry
+        over those verdicts picks the loop's agent (final/pick.json). A finalist whose every run failed is last."""
+        from jaxrace.rewards.bradley_terry import fit_labels
+
+        c = self.config
+        k = self.last_iteration + 1
+        runs = self.run.read_json("final/train/curves.json")["runs"]
+        names = [n for n, _ in self._finalists()]
+        ok = [ri for ri, r in enumerate(runs) if r["candidate"] in names and not r["failed"]]
+        records = self._judge(k, self._same_race_pairs("final", runs, ok, c.final_races,
+                                                       np.random.default_rng([c.seed, k, 0x9A1D])), "final")
+        self.run.write_json("final/judge.json", records)
+        scores = stderr = np.zeros(len(names))
+        if records:  # none when fewer than two finalists trained
+            owner = {row.id: row.candidate for row in self.store.clips([x for r in records
+                                                                         for x in (r["first"], r["second"])])}
+            scores, stderr = (np.asarray(x, np.float64) for x in fit_labels(
+                [names.index(owner[r["first"]]) for r in records], [names.index(owner[r["second"]]) for r in records],
+                [r["label"] for r in records], len(names)))
+        failed = {n: all(r["failed"] for r in runs if r["candidate"] == n) for n in names}
+        order = sorted(range(len(names)), key=lambda i: (failed[names[i]], -scores[i]))
+        pick = names[order[0]]
+        self.run.write_json("final/pick.json", {
+            "finalists": names, "scores": scores, "stderr": stderr, "failed": failed,
+            "order": [names[i] for i in order], "pick": pick,
+            "games": sum(r["label"] != "skip" for r in records), "races": c.final_races})
+        self.run.log(f"final/judge: the judge picked {pick} from the finalists "
+                     + ", ".join(f"{names[i]} ({scores[i]:+.2f})" for i in order))
 
     def _judge_active(self, k: int, pairs, d: str, runs, rng) -> list[dict]:
         """`judge_budget` of `pairs` in rounds of a fifth, each chosen by the clip model's expected information
@@ -1127,6 +1183,18 @@ class Loop:
         reference_lap = self.run.read_json(f"{d}/race/metrics.json")["reference_lap"]
         return feedback_text(IterationSummary(k, cands, reference_lap=reference_lap, person=person),
                              max_chars=self.config.llm_max_prompt_chars // 2)
+
+
+def loop_agent(run_dir: str | Path) -> str | None:
+    """The candidate of a run directory's final job that is the loop's agent: the judge's pick among the
+    finalists (final/pick.json), or the one loop candidate the final job trained; None if it trained none."""
+    import json
+
+    run_dir = Path(run_dir)
+    if (run_dir / "final/pick.json").exists():
+        return json.loads((run_dir / "final/pick.json").read_text())["pick"]
+    runs = json.loads((run_dir / "final/train/curves.json").read_text())["runs"]
+    return next((r["candidate"] for r in runs if r["candidate"] not in LIBRARY_BASELINES), None)
 
 
 def parent_runs(trained: list[dict], name: str, runs: int, seeds: int) -> list[int]:

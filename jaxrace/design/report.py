@@ -411,10 +411,20 @@ def _kept_note(kept: dict, runs: list[dict]) -> str:
             f"the scripted judge scores a clip. Kept: {chosen}.</p>")
 
 
+def _pick_note(pick: dict) -> str:
+    """How the judge chose the loop's agent among the finalists (final/pick.json)."""
+    scores = ", ".join(f"{_e(n)} {pick['scores'][pick['finalists'].index(n)]:+.2f} &plusmn; "
+                       f"{pick['stderr'][pick['finalists'].index(n)]:.2f}"
+                       + (" (failed)" if pick["failed"][n] else "") for n in pick["order"])
+    return (f"<p>The judge compared the {len(pick['finalists'])} finalists on each of their {pick['races']} final "
+            f"races ({pick['games']} games). Bradley-Terry: {scores}. The loop's agent is "
+            f"<b>{_e(pick['pick'])}</b>.</p>")
+
+
 def _final(run: RunDir) -> str:
     if not run.exists("final/race/metrics.json"):
         return '<h2 id="final">Final agent</h2><p class="note">not run yet</p>'
-    from jaxrace.design.loop import LIBRARY_BASELINES, race_summary
+    from jaxrace.design.loop import loop_agent, race_summary
 
     metrics = run.read_json("final/race/metrics.json")
     runs = metrics["runs"]
@@ -426,15 +436,19 @@ def _final(run: RunDir) -> str:
         rows.append([_e(name), *_race_cells(s), _num(s["finished"], "{:.0%}")]
                     + ([_trial_cell(trial, name)] if trial else []))
     ref = metrics.get("reference_lap")
+    agent = loop_agent(run.path)
+    pick = run.read_json("final/pick.json") if run.exists("final/pick.json") else None
+    who = ("The loop's finalists (the last iteration's best, in Bradley-Terry's order)" if pick or (
+        run.config().final_candidates > 1) else "The winner (first, when an iteration produced one)")
     out = ['<h2 id="final">Final agent against the library rewards</h2>',
-           f"<p>The winner (first, when an iteration produced one) and the library rewards, trained on the same "
-           f"budget and raced "
+           f"<p>{who} and the library rewards, trained on the same budget and raced "
            f"{len(metrics['races'][0])} times each from the back of the grid against the built-in AI"
-           + (f" (reference lap {ref:.2f} s)" if ref else "") + ".</p>",
+           + (f" (reference lap {ref:.2f} s)" if ref else "") + ". The loop's agent is marked.</p>",
            _table(["reward", *RACE_HEADER, "finished", *(["time trial: best lap, course-outs"] if trial else [])],
-                  rows,
-                  ["" if names[0] in LIBRARY_BASELINES else "best"] + [""] * (len(rows) - 1)),
-           _incidents(run, names, runs, metrics["races"])]
+                  rows, ["best" if name == agent else "" for name in names])]
+    if pick is not None:
+        out.append(_pick_note(pick))
+    out.append(_incidents(run, names, runs, metrics["races"]))
     if run.exists("final/train/kept.json"):
         out.append(_kept_note(run.read_json("final/train/kept.json"), runs))
     out.append(_training_notes(run.config()))

@@ -32,6 +32,8 @@ def test_toml_then_options_override_the_preset(tmp_path):
     ("mm = 3\n", "unknown config keys \\['mm'\\]"),
     ("m = 'four'\n", "m must be a int"),
     ("m = 2\nn = 3\n", "n \\(trained per iteration, 3\\) cannot exceed m"),
+    ("n = 2\nfinal_candidates = 3\n", "final_candidates \\(3\\) cannot exceed n \\(trained per iteration, 2\\)"),
+    ("final_candidates = 0\n", "final_candidates must be at least 1 \\(got 0\\)"),
     ("epochs = 70\n", "chunk_epochs \\(50\\) must divide epochs \\(70\\)"),
     ("llm = 'gpt'\n", "llm must be one of"),
     ("m = [\n", "cannot read the config"),

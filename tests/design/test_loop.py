@@ -281,6 +281,69 @@ def test_a_carried_best_races_again_with_its_saved_agent_when_reuse_is_on(setup,
     assert f"iter2/train: {best} races with its agent from iteration 1" in (run / "log.txt").read_text()
 
 
+def test_two_finalists_train_in_the_final_job_and_the_judge_picks_the_loops_agent(setup, finished, tmp_path):
+    """A copy of the finished run with its final job removed and `final_candidates = 2` (a run made before
+    the option, resumed with it): the final job trains iteration 2's best two beside the library rewards, the
+    judge compares the two on each final race and clip slot, and Bradley-Terry's first is the loop's agent."""
+    import shutil
+
+    from jaxrace.design.loop import loop_agent
+
+    root, _, env = setup
+    run = tmp_path / "finalists"
+    shutil.copytree(finished, run)
+    shutil.rmtree(run / "final")
+    stages = json.loads((run / "stages.json").read_text())
+    (run / "stages.json").write_text(json.dumps({k: v for k, v in stages.items() if k.startswith(("bootstrap",
+                                                                                                   "pretrain", "iter"))}))
+    stored = json.loads((run / "config.json").read_text())
+    del stored["final_candidates"]
+    (run / "config.json").write_text(json.dumps(stored))
+    config = root / "finalists.toml"
+    config.write_text(TINY + "final_candidates = 2\n")
+    out = subprocess.run(command(config, run), env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert list(json.loads((run / "stages.json").read_text()))[-5:] == [
+        "final/train", "final/race", "final/judge", "final/trial", "report"]
+    assert json.loads((run / "config.json").read_text())["final_candidates"] == 2
+    rank = json.loads((run / "iter2" / "rank.json").read_text())
+    finalists = [rank["best"], next(n for n in rank["order"] if n != rank["best"] and not rank["failed"][n])]
+    metrics = json.loads((run / "final" / "race" / "metrics.json").read_text())
+    assert [r["candidate"] for r in metrics["runs"]] == finalists + ["progress", "gt_sophy"]
+    for name in finalists:
+        assert (run / "final" / "candidates" / f"{name}.py").read_text() == (
+            run / "iter2" / "candidates" / f"{name}.py").read_text()
+    # one pair per final race (1) and clip slot (2), each the two finalists' clips of that race and slot
+    judged = json.loads((run / "final" / "judge.json").read_text())
+    assert sorted(j["key"].rsplit("/", 1)[0] for j in judged) == ["final/seed0/race0/slot0", "final/seed0/race0/slot1"]
+    with sqlite3.connect(run / "preferences.sqlite") as db:
+        clips = db.execute("SELECT id, candidate, race, iteration FROM clips WHERE key LIKE 'final/%'").fetchall()
+        prefs = db.execute("SELECT key, label FROM preferences WHERE iteration = 3").fetchall()
+    assert sorted((c[1], c[2], c[3]) for c in clips) == sorted([(n, 0, 3) for n in finalists] * 2)
+    assert sorted(prefs) == sorted((j["key"], j["label"]) for j in judged)
+    owner = {c[0]: c[1] for c in clips}
+    assert all({owner[j["first"]], owner[j["second"]]} == set(finalists) for j in judged)
+    pick = json.loads((run / "final" / "pick.json").read_text())
+    assert pick["finalists"] == finalists and pick["games"] == sum(j["label"] != "skip" for j in judged)
+    wins = {n: sum((j["label"] == "first") == (owner[j["first"]] == n) for j in judged if j["label"] in ("first",
+                                                                                                        "second"))
+            for n in finalists}
+    if wins[finalists[0]] != wins[finalists[1]]:  # Bradley-Terry's first is the finalist that won more games
+        assert pick["pick"] == max(wins, key=wins.get)
+    assert pick["order"][0] == pick["pick"] and loop_agent(run) == pick["pick"]
+    assert pick["scores"][finalists.index(pick["pick"])] >= max(pick["scores"])
+    assert f"final/judge: the judge picked {pick['pick']} from the finalists" in (run / "log.txt").read_text()
+    trial = json.loads((run / "final" / "trial.json").read_text())
+    assert [r["candidate"] for r in trial["runs"]] == finalists + ["progress", "gt_sophy"]
+    page = (run / "report.html").read_text()
+    assert "The judge compared the 2 finalists on each of their 1 final races" in page
+    assert f"The loop's agent is <b>{pick['pick']}</b>" in page
+    final_section = page[page.index('<h2 id="final">'):]
+    final_section = final_section[:final_section.index("<h2", 4)]
+    assert final_section.count('<tr class="best">') == 1 and f'<tr class="best"><td>{pick["pick"]}</td>' in final_section
+    assert loop_agent(finished) == json.loads((finished / "iter2" / "rank.json").read_text())["best"]
+
+
 def wait_for_line(log: Path, text: str, proc, timeout_s: float = RUN_TIMEOUT_S) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
