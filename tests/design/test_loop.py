@@ -294,8 +294,8 @@ def test_two_finalists_train_in_the_final_job_and_the_judge_picks_the_loops_agen
     shutil.copytree(finished, run)
     shutil.rmtree(run / "final")
     stages = json.loads((run / "stages.json").read_text())
-    (run / "stages.json").write_text(json.dumps({k: v for k, v in stages.items() if k.startswith(("bootstrap",
-                                                                                                   "pretrain", "iter"))}))
+    search = {k: v for k, v in stages.items() if k.startswith(("bootstrap", "pretrain", "iter"))}
+    (run / "stages.json").write_text(json.dumps(search))
     stored = json.loads((run / "config.json").read_text())
     del stored["final_candidates"]
     (run / "config.json").write_text(json.dumps(stored))
@@ -340,7 +340,8 @@ def test_two_finalists_train_in_the_final_job_and_the_judge_picks_the_loops_agen
     assert f"The loop's agent is <b>{pick['pick']}</b>" in page
     final_section = page[page.index('<h2 id="final">'):]
     final_section = final_section[:final_section.index("<h2", 4)]
-    assert final_section.count('<tr class="best">') == 1 and f'<tr class="best"><td>{pick["pick"]}</td>' in final_section
+    assert final_section.count('<tr class="best">') == 1
+    assert f'<tr class="best"><td>{pick["pick"]}</td>' in final_section
     assert loop_agent(finished) == json.loads((finished / "iter2" / "rank.json").read_text())["best"]
 
 
