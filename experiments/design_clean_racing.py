@@ -6,7 +6,8 @@ Usage: python experiments/design_clean_racing.py [--preset standard] [--run-dir 
 Runs `jaxrace design` with the `standard` preset (the task "win the race cleanly from the
 back of the grid" on `gp`, offline proposer, a noisy scripted judge) on its default CPU
 devices (one per core) in a run directory,
-or resumes it there, then reads the final stage: the loop's winner and the library rewards
+or resumes it there, then reads the final stage: the loop's winner (with `final_candidates` > 1, the
+finalist the judge picked from their final races; the others are printed too) and the library rewards
 `gt_sophy` and `progress`, trained in one job with the same number of env steps each,
 each keeping its best checkpoint by the task's selection races, then raced `final_races`
 times from P8 of 8 against the AI at skill 0.9 on fields of their own, and alone for a

@@ -18,7 +18,7 @@ OPERATIONAL = ("judge_host", "judge_port", "judge_timeout_s")
 # changed since, how to resume).
 PREDATED_VALUES = {"lane_headway": False, "offtrack_start_prob": 0.0, "keep_best_average": 1,
                    "clip_finish": False, "judge_standing": False,
-                   "judge_standing_at": "end", "clip_whole_race": False}
+                   "judge_standing_at": "end", "clip_whole_race": False, "final_candidates": 1}
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1071,8 +1071,12 @@ class Loop:
         runs = self.run.read_json("final/train/curves.json")["runs"]
         names = [n for n, _ in self._finalists()]
         ok = [ri for ri, r in enumerate(runs) if r["candidate"] in names and not r["failed"]]
-        records = self._judge(k, self._same_race_pairs("final", runs, ok, c.final_races,
-                                                       np.random.default_rng([c.seed, k, 0x9A1D])), "final")
+        rng = np.random.default_rng([c.seed, k, 0x9A1D])
+        pairs = self._same_race_pairs("final", runs, ok, c.final_races, rng)
+        if c.judge_selection == "active" and 0 < c.judge_budget < len(pairs):
+            records = self._judge_active(k, pairs, "final", runs, rng)
+        else:
+            records = self._judge(k, pairs, "final")
         self.run.write_json("final/judge.json", records)
         scores = stderr = np.zeros(len(names))
         if records:  # none when fewer than two finalists trained
@@ -1086,10 +1090,12 @@ class Loop:
         pick = names[order[0]]
         self.run.write_json("final/pick.json", {
             "finalists": names, "scores": scores, "stderr": stderr, "failed": failed,
-            "order": [names[i] for i in order], "pick": pick,
-            "games": sum(r["label"] != "skip" for r in records), "races": c.final_races})
+            "order": [names[i] for i in order], "pick": pick, "games": sum(r["label"] != "skip" for r in records),
+            "pairs": len(records), "races": c.final_races})
+        games = sum(r["label"] != "skip" for r in records)
         self.run.log(f"final/judge: the judge picked {pick} from the finalists "
-                     + ", ".join(f"{names[i]} ({scores[i]:+.2f})" for i in order))
+                     + ", ".join(f"{names[i]} ({scores[i]:+.2f})" for i in order) + f" in {games} games"
+                     + ("; with no verdict the pick is the search's best" if not games else ""))
 
     def _judge_active(self, k: int, pairs, d: str, runs, rng) -> list[dict]:
         """`judge_budget` of `pairs` in rounds of a fifth, each chosen by the clip model's expected information
@@ -1187,14 +1193,16 @@ class Loop:
 
 def loop_agent(run_dir: str | Path) -> str | None:
     """The candidate of a run directory's final job that is the loop's agent: the judge's pick among the
-    finalists (final/pick.json), or the one loop candidate the final job trained; None if it trained none."""
+    finalists (final/pick.json), or the one loop candidate the final job trained; None if it trained none,
+    or while the judge has not yet picked among several."""
     import json
 
     run_dir = Path(run_dir)
     if (run_dir / "final/pick.json").exists():
         return json.loads((run_dir / "final/pick.json").read_text())["pick"]
     runs = json.loads((run_dir / "final/train/curves.json").read_text())["runs"]
-    return next((r["candidate"] for r in runs if r["candidate"] not in LIBRARY_BASELINES), None)
+    loop = list(dict.fromkeys(r["candidate"] for r in runs if r["candidate"] not in LIBRARY_BASELINES))
+    return loop[0] if len(loop) == 1 else None
 
 
 def parent_runs(trained: list[dict], name: str, runs: int, seeds: int) -> list[int]:

@@ -418,13 +418,14 @@ def _pick_note(pick: dict) -> str:
                        + (" (failed)" if pick["failed"][n] else "") for n in pick["order"])
     return (f"<p>The judge compared the {len(pick['finalists'])} finalists on each of their {pick['races']} final "
             f"races ({pick['games']} games). Bradley-Terry: {scores}. The loop's agent is "
-            f"<b>{_e(pick['pick'])}</b>.</p>")
+            f"<b>{_e(pick['pick'])}</b>" + ("" if pick["games"] else ", the search's best: the judge gave no "
+                                               "verdict") + ".</p>")
 
 
 def _final(run: RunDir) -> str:
     if not run.exists("final/race/metrics.json"):
         return '<h2 id="final">Final agent</h2><p class="note">not run yet</p>'
-    from jaxrace.design.loop import loop_agent, race_summary
+    from jaxrace.design.loop import LIBRARY_BASELINES, loop_agent, race_summary
 
     metrics = run.read_json("final/race/metrics.json")
     runs = metrics["runs"]
@@ -438,12 +439,15 @@ def _final(run: RunDir) -> str:
     ref = metrics.get("reference_lap")
     agent = loop_agent(run.path)
     pick = run.read_json("final/pick.json") if run.exists("final/pick.json") else None
-    who = ("The loop's finalists (the last iteration's best, in Bradley-Terry's order)" if pick or (
-        run.config().final_candidates > 1) else "The winner (first, when an iteration produced one)")
+    loop = [n for n in names if n not in LIBRARY_BASELINES]
+    who = ("The loop's finalists (the last iteration's best, in Bradley-Terry's order)" if len(loop) > 1
+           else "The winner (first, when an iteration produced one)")
     out = ['<h2 id="final">Final agent against the library rewards</h2>',
            f"<p>{who} and the library rewards, trained on the same budget and raced "
            f"{len(metrics['races'][0])} times each from the back of the grid against the built-in AI"
-           + (f" (reference lap {ref:.2f} s)" if ref else "") + ". The loop's agent is marked.</p>",
+           + (f" (reference lap {ref:.2f} s)" if ref else "") + "."
+           + (" The loop's agent is marked." if agent else " The judge has not yet picked the loop's agent.")
+           + "</p>",
            _table(["reward", *RACE_HEADER, "finished", *(["time trial: best lap, course-outs"] if trial else [])],
                   rows, ["best" if name == agent else "" for name in names])]
     if pick is not None:

@@ -282,9 +282,9 @@ def test_a_carried_best_races_again_with_its_saved_agent_when_reuse_is_on(setup,
 
 
 def test_two_finalists_train_in_the_final_job_and_the_judge_picks_the_loops_agent(setup, finished, tmp_path):
-    """A copy of the finished run with its final job removed and `final_candidates = 2` (a run made before
-    the option, resumed with it): the final job trains iteration 2's best two beside the library rewards, the
-    judge compares the two on each final race and clip slot, and Bradley-Terry's first is the loop's agent."""
+    """A copy of the finished run with its final job removed and `final_candidates = 2` in its config (the
+    same search, another final job): the final job trains iteration 2's best two beside the library rewards,
+    the judge compares the two on each final race and clip slot, and Bradley-Terry's first is the loop's agent."""
     import shutil
 
     from jaxrace.design.loop import loop_agent
@@ -297,7 +297,7 @@ def test_two_finalists_train_in_the_final_job_and_the_judge_picks_the_loops_agen
     search = {k: v for k, v in stages.items() if k.startswith(("bootstrap", "pretrain", "iter"))}
     (run / "stages.json").write_text(json.dumps(search))
     stored = json.loads((run / "config.json").read_text())
-    del stored["final_candidates"]
+    stored["final_candidates"] = 2
     (run / "config.json").write_text(json.dumps(stored))
     config = root / "finalists.toml"
     config.write_text(TINY + "final_candidates = 2\n")
@@ -343,6 +343,17 @@ def test_two_finalists_train_in_the_final_job_and_the_judge_picks_the_loops_agen
     assert final_section.count('<tr class="best">') == 1
     assert f'<tr class="best"><td>{pick["pick"]}</td>' in final_section
     assert loop_agent(finished) == json.loads((finished / "iter2" / "rank.json").read_text())["best"]
+    assert pick["pairs"] == len(judged)
+    # Before the judge has picked (a report rebuilt mid-run), no finalist is called the loop's agent.
+    from jaxrace.design.report import build_report
+    from jaxrace.design.rundir import RunDir
+
+    (run / "final" / "pick.json").rename(run / "final" / "pick.json.later")
+    assert loop_agent(run) is None
+    early = build_report(RunDir(run))
+    early = early[early.index('<h2 id="final">'):]
+    assert "The judge has not yet picked the loop's agent." in early
+    assert '<tr class="best">' not in early[:early.index("<h2", 4)]
 
 
 def wait_for_line(log: Path, text: str, proc, timeout_s: float = RUN_TIMEOUT_S) -> None:
