@@ -556,8 +556,8 @@ class Loop:
         in all; empty while none trained."""
         k = self.last_iteration
         best = self._best(k)
-        if best is None:
-            return []
+        if best is None or self.config.final_candidates == 1:
+            return [] if best is None else [best]
         rank = self.run.read_json(f"iter{k}/rank.json")
         more = [(n, f"iter{k}/candidates") for n in rank["order"] if n != best[0] and not rank["failed"][n]]
         return ([best] + more)[:self.config.final_candidates]
