@@ -55,8 +55,8 @@ def child(preset: str, chunk: int, chunks: int) -> dict:
     from jaxrace.agents import HParams
     from jaxrace.agents.evaluation import evaluate
     from jaxrace.agents.trainer import Trainer, make_learner
-    from jaxrace.design.config import load_config
-    from jaxrace.design.loop import LIBRARY_BASELINES, Envs, train_config
+    from jaxrace.design.config import LIBRARY_BASELINES, load_config
+    from jaxrace.design.loop import Envs, train_config
     from jaxrace.envs.video import render_frames
     from jaxrace.jit import compiler_options, jit, render_compiler_options
     from jaxrace.rewards import RewardBank, library_reward

@@ -25,8 +25,8 @@ from common import print_table, write_results
 
 from jaxrace.agents import HParams, train_many
 from jaxrace.agents.trainer import Trainer, make_learner
-from jaxrace.design.config import load_config
-from jaxrace.design.loop import LIBRARY_BASELINES, Envs, train_config
+from jaxrace.design.config import LIBRARY_BASELINES, load_config
+from jaxrace.design.loop import Envs, train_config
 from jaxrace.rewards import RewardBank, compile_rewards, library_reward, propose
 
 

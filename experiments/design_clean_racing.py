@@ -9,7 +9,9 @@ devices (one per core) in a run directory,
 or resumes it there, then reads the final stage: the loop's winner (with `final_candidates` > 1, the
 finalist the judge picked from their final races; the others are printed too) and the library rewards
 `gt_sophy` and `progress`, trained in one job with the same number of env steps each,
-each keeping its best checkpoint by the task's selection races, then raced `final_races`
+each keeping its best checkpoint by the task's selection races (with `final_seeds` > 1 each
+reward trains that many draws and its agent is the draw best on those races; every draw is
+printed), then raced `final_races`
 times from P8 of 8 against the AI at skill 0.9 on fields of their own, and alone for a
 two-lap time trial. Prints the three side by side with issue 15's targets for the loop's
 agent (median finish 3rd or better, at most 1 at-fault contact per race, a time-trial lap
@@ -28,8 +30,9 @@ from pathlib import Path
 from common import print_table, write_results
 
 from jaxrace.design.config import load_config
-from jaxrace.design.loop import LIBRARY_BASELINES, loop_agent, race_summary, run_design
+from jaxrace.design.loop import final_agents, loop_agent, race_summary, run_design
 from jaxrace.envs.parallel import cpu_devices, use_cpu_devices
+from jaxrace.rewards.library import LIBRARY
 
 TARGETS = {"median finish <= 3": ("median_position", 3.0), "<= 1 at-fault contact per race":
            ("at_fault_contacts_per_race", 1.0), "time-trial lap within 10% of the reference": ("trial_gap", 0.10)}
@@ -50,7 +53,8 @@ def parse_sets(pairs: list[str]) -> dict:
 
 
 def final_table(run_dir: Path) -> tuple[list[dict], float]:
-    """Per run of the final job: its candidate, race summary and kept epoch; and the reference lap."""
+    """Per run of the final job: its candidate, race summary, kept epoch and selection score, and whether
+    it is its reward's agent (its picked draw with `final_seeds` > 1); and the reference lap."""
     metrics = json.loads((run_dir / "final/race/metrics.json").read_text())
     curves = json.loads((run_dir / "final/train/curves.json").read_text())
     kept_path = run_dir / "final/train/kept.json"
@@ -59,14 +63,16 @@ def final_table(run_dir: Path) -> tuple[list[dict], float]:
     ref = metrics["reference_lap"]
     # a final run started from a pretrained agent has its steps too (every final run starts alike)
     pretrained = pretrain_steps(run_dir) if (run_dir / "final/train/start.json").exists() else 0
+    agents = final_agents(run_dir)
     out = []
     for i, run in enumerate(metrics["runs"]):
         summary = race_summary([metrics["races"][i]])
         lap, trial = summary.get("best_lap"), trials[i]["best_lap"]
         out.append({"candidate": run["candidate"], "seed": run["seed"], "failed": run["failed"],
-                    "library": run["candidate"] in LIBRARY_BASELINES,
+                    "library": run["candidate"] in LIBRARY, "agent": agents[run["candidate"]] == i,
                     "env_steps": curves["epochs"] * curves["env_steps_per_epoch"] + pretrained,
                     "kept_epoch": kept["epoch"][i] if kept else None,
+                    "selection_score": float(kept["task_score"][i]) if kept else None,
                     **summary, "lap_gap": None if lap is None else lap / ref - 1.0,
                     "trial_lap": trial, "trial_gap": None if trial is None else trial / ref - 1.0,
                     "trial_outs": trials[i]["course_outs"]})
@@ -128,11 +134,12 @@ def main() -> None:
         trial = ("no full lap" if r["trial_lap"] is None else
                  f"{r['trial_lap']:.2f} s ({100 * r['trial_gap']:+.1f}%)") + f", {r['trial_outs']} outs"
         role = "library" if r["library"] else "the loop" if r["candidate"] == agent else "a finalist not picked"
-        who = f"{r['candidate']} ({role})"
+        draw = "" if r["agent"] else f", draw s{r['seed']}: not its agent"
+        who = f"{r['candidate']} ({role}{draw})"
         table.append([who, f"{r['env_steps']:,}", r["kept_epoch"], trial, f"{r['median_position']:g}",
                       f"{r['at_fault_contacts_per_race']:.2f}", f"{r['course_outs_per_race']:.2f}", lap,
                       f"{sum(met.values())} of {len(met)}"])
-        prefix = f"final: {r['candidate']}"
+        prefix = f"final: {r['candidate']}" + ("" if r["agent"] else f" draw s{r['seed']} (not its agent)")
         rows += [{"name": f"{prefix}: median finish from P8", "value": r["median_position"], "unit": "position",
                   "races": r["races"]},
                  {"name": f"{prefix}: at-fault contacts per race", "value": r["at_fault_contacts_per_race"],
@@ -143,8 +150,9 @@ def main() -> None:
                  {"name": f"{prefix}: time-trial best lap (alone, 2 laps)", "value": r["trial_lap"], "unit": "s",
                   "reference_lap": ref, "gap": r["trial_gap"], "course_outs": r["trial_outs"]},
                  {"name": f"{prefix}: env steps trained", "value": r["env_steps"], "unit": "steps",
-                  "kept_epoch": r["kept_epoch"], "failed": r["failed"], "library": r["library"],
-                  "loop_agent": r["candidate"] == agent, "targets_met": met}]
+                  "kept_epoch": r["kept_epoch"], "selection_score": r["selection_score"], "seed": r["seed"],
+                  "failed": r["failed"], "library": r["library"], "reward_agent": r["agent"],
+                  "loop_agent": r["candidate"] == agent and r["agent"], "targets_met": met}]
     search = search_steps(run_dir)
     rows.append({"name": "search: env steps trained before the final job", "value": search, "unit": "steps"})
     for stage, s in stages.items():
@@ -159,7 +167,7 @@ def main() -> None:
     print_table(["agent", "final env steps", "kept epoch", "time trial", "median finish", "at fault / race",
                  "outs / race", "best race lap", "targets met"], table)
     print(f"search before the final job: {search:,} env steps; whole run {total / 60:.1f} min (sum of stages)")
-    winner = next((r for r in final if r["candidate"] == agent), None)
+    winner = next((r for r in final if r["candidate"] == agent and r["agent"]), None)
     if winner is None:
         print("the loop's agent: none (no candidate trained in any iteration)")
     for name, ok in targets_met(winner or {}).items():

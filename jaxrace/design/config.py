@@ -6,6 +6,8 @@ import dataclasses
 import tomllib
 from pathlib import Path
 
+# the library rewards a final job trains beside the loop's agent by default
+LIBRARY_BASELINES = ("progress", "gt_sophy")
 DEFAULT_TASK = "win the race cleanly from the back of the grid"
 LLMS = ("offline", "openai", "replay")
 JUDGES = ("scripted", "vlm", "human")
@@ -18,7 +20,8 @@ OPERATIONAL = ("judge_host", "judge_port", "judge_timeout_s")
 # changed since, how to resume).
 PREDATED_VALUES = {"lane_headway": False, "offtrack_start_prob": 0.0, "keep_best_average": 1,
                    "clip_finish": False, "judge_standing": False,
-                   "judge_standing_at": "end", "clip_whole_race": False, "final_candidates": 1}
+                   "judge_standing_at": "end", "clip_whole_race": False, "final_candidates": 1, "final_seeds": 1,
+                   "final_baselines": LIBRARY_BASELINES}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -108,6 +111,13 @@ class DesignConfig:
     # the loop's agent: the search's short budget ranks rewards by what a car learns in it, the final
     # budget by what it learns in the long run (successive halving's last rung)
     final_candidates: int = 1
+    # ... and trains each reward of the final job (its finalists and the library rewards alike) this many
+    # times, on keys of their own; each reward's agent is its draw with the best selection races (the
+    # final job's keep-best races, not the final races): one training draw moves a car as far as rewards
+    # differ, so one draw per reward compares keys as much as rewards
+    final_seeds: int = 1
+    # the library rewards the final job trains beside the loop's finalists, on the same budget
+    final_baselines: tuple[str, ...] = LIBRARY_BASELINES
     # iterations after the first train their candidates on from the best candidate's agents so far
     # (networks and temperature; each seed from that seed's), not from scratch, so that a search budget
     # too short to learn to race still shows the judge racing; the final job starts from scratch
@@ -194,7 +204,7 @@ class DesignConfig:
                     "llm_concurrency", "llm_max_tokens", "llm_max_prompt_chars",
                     "updates_per_epoch", "batch_size", "replay_size", "epochs", "chunk_epochs", "final_epochs",
                     "eval_races", "final_races", "clips_per_race", "judge_frames", "select_races",
-                    "keep_best_average", "final_candidates")
+                    "keep_best_average", "final_candidates", "final_seeds")
         problems += [f"{k} must be at least 1 (got {getattr(self, k)})" for k in positive if getattr(self, k) < 1]
         nonneg = ("warmup_epochs", "opponents", "videos_per_candidate", "tac_min_preferences", "bootstrap_races",
                   "judge_equal_within", "llm_repairs", "llm_token_budget", "llm_call_budget", "judge_budget",
@@ -206,6 +216,9 @@ class DesignConfig:
         if self.final_candidates > self.n:
             problems.append(f"final_candidates ({self.final_candidates}) cannot exceed n (trained per iteration, "
                             f"{self.n}): they are the last iteration's best")
+        if self.final_seeds > 1 and not self.keep_best_every:
+            problems.append(f"final_seeds ({self.final_seeds}) picks each reward's draw by the final job's "
+                            f"selection races: keep_best_every must be at least 1 (got 0)")
         for name, value, choices in (("llm", self.llm, LLMS), ("judge", self.judge, JUDGES),
                                      ("actor_input", self.actor_input, ACTOR_INPUTS)):
             if value not in choices:
@@ -224,6 +237,11 @@ class DesignConfig:
             if self.start_reward not in LIBRARY_FORMS:
                 problems.append(f"start_reward must be '' or a library reward, one of "
                                 f"{', '.join(sorted(LIBRARY_FORMS))} (got {self.start_reward!r})")
+        object.__setattr__(self, "final_baselines", tuple(self.final_baselines))  # (a list from TOML or JSON)
+        unknown = [b for b in self.final_baselines if b not in LIBRARY]
+        if unknown or len(set(self.final_baselines)) < len(self.final_baselines):
+            problems.append(f"final_baselines must name distinct library rewards, of {', '.join(sorted(LIBRARY))} "
+                            f"(got {list(self.final_baselines)})")
         if self.pretrain_reward not in LIBRARY:
             problems.append(f"pretrain_reward must be a library reward, one of {', '.join(sorted(LIBRARY))} "
                             f"(got {self.pretrain_reward!r})")
@@ -320,6 +338,8 @@ def load_config(preset: str = "quick", path: str | Path | None = None, **overrid
         want = type(fields[k])
         if want is float and isinstance(v, int) and not isinstance(v, bool):
             v = float(v)
+        if want is tuple and isinstance(v, list) and all(isinstance(x, str) for x in v):
+            v = tuple(v)
         if not isinstance(v, want) or (want is int and isinstance(v, bool)):
             raise ValueError(f"{path or 'options'}: {k} must be a {want.__name__}, got {v!r}")
         fields[k] = v

@@ -58,7 +58,6 @@ from jaxrace.jit import jit
 # is safe beside JAX's threads; JAX warns about any fork all the same.
 warnings.filterwarnings("ignore", message=r"os\.fork\(\) was called", category=RuntimeWarning)
 
-LIBRARY_BASELINES = ("progress", "gt_sophy")
 MAX_RETRIES = 1  # iterations in which every candidate failed that are run again (not counted)
 STEER_LOCK_SPEED = 20.0  # m/s: speed-sensitive steering, GT7's controller assist (as the reference agent)
 STORE = "preferences.sqlite"
@@ -538,7 +537,7 @@ class Loop:
     def _runs(self, k) -> tuple[list[str], str]:
         """(candidate names trained in stage k, the folder of their artifacts)."""
         if k == "final":
-            return [name for name, _ in self._finalists()] + list(LIBRARY_BASELINES), "final/candidates"
+            return [name for name, _ in self._finalists()] + list(self.config.final_baselines), "final/candidates"
         if k == "pretrain":
             return [self.config.pretrain_reward], "pretrain/candidates"
         return self.run.read_json(f"iter{k}/select.json")["selected"], f"iter{k}/candidates"
@@ -618,7 +617,7 @@ class Loop:
         for name, where in self._finalists():
             self.run.write_text(f"{folder}/{name}.py", self.run.file(f"{where}/{name}.py").read_text(encoding="utf-8"))
             load_reward(self.run.file(f"{where}/{name}.jaxreward")).save(self.run.file(f"{folder}/{name}.jaxreward"))
-        for name in LIBRARY_BASELINES:
+        for name in self.config.final_baselines:
             library_reward(name).save(self.run.file(f"{folder}/{name}.jaxreward"))
 
     def train(self, k) -> None:
@@ -635,7 +634,8 @@ class Loop:
             self._prepare_pretrain()
         reused = self._reused(k)
         trained = [n for n in self._runs(k)[0] if n != reused]
-        runs = len(trained) * c.seeds
+        seeds = self._seeds(k)
+        runs = len(trained) * seeds
         # A job whose runs do not split over every process's devices trains on process 0's alone.
         alone = jax.process_count() > 1 and runs % jax.device_count() != 0
         placement = job_placement(runs, jax.device_count(), jax.process_count())
@@ -643,7 +643,7 @@ class Loop:
             self.run.log(f"{self._dir(k)}/train: {placement}")
         broadcast_json({"train": k, "last_iteration": self.last_iteration, "alone": alone})
         epochs = self._epochs(k)
-        with self.display.task(f"{self._dir(k)}/train: {len(trained)} x {c.seeds} runs (compile first)",
+        with self.display.task(f"{self._dir(k)}/train: {len(trained)} x {seeds} runs (compile first)",
                                total=epochs) as advance:
             done = [0]
 
@@ -656,7 +656,7 @@ class Loop:
             names, history, reward_index = self.train_job(k, progress, alone=alone)
         curves = {f: np.asarray(getattr(history, f), np.float64) for f in history._fields}
         failed = np.asarray(history.failed[:, -1], bool) | ~np.all(np.isfinite(curves["reward"]), axis=1)
-        runs = [{"candidate": names[int(i)], "seed": s % c.seeds, "failed": bool(failed[s])}
+        runs = [{"candidate": names[int(i)], "seed": s % seeds, "failed": bool(failed[s])}
                 for s, i in enumerate(reward_index)]
         if reused is not None:  # its runs as they trained in iteration k - 1, after the trained ones
             earlier = self.run.read_json(f"iter{k - 1}/train/curves.json")
@@ -692,10 +692,10 @@ class Loop:
         trainer = self._trainer(k, self._bank(folder, names))
         shutil.rmtree(self.run.file(f"{self._dir(k)}/train/job.ckpt.deleting"), ignore_errors=True)
         keep = self._keep_best(trainer) if k == "final" and c.keep_best_every else None
-        start_from = self._start_from(k, trainer, len(names) * c.seeds)
+        start_from = self._start_from(k, trainer, len(names) * self._seeds(k))
         hold = self._hold(k) if start_from is not None else 0
         state, history, reward_index = train_many(
-            trainer, stage_key(c, f"{self._dir(k)}/train"), list(range(len(names))), seeds_per_reward=c.seeds,
+            trainer, stage_key(c, f"{self._dir(k)}/train"), list(range(len(names))), seeds_per_reward=self._seeds(k),
             hparams=HParams(reward_scale=c.reward_scale, actor_hold_epochs=hold), chunk_epochs=c.chunk_epochs,
             progress=progress,
             checkpoint=str(self.run.file(f"{self._dir(k)}/train/job.ckpt")),
@@ -740,7 +740,7 @@ class Loop:
         if parent is not None:
             j, name = parent
             curves = self.run.read_json(f"iter{j}/train/curves.json")
-            picks = parent_runs(curves["runs"], name, runs, c.seeds)
+            picks = parent_runs(curves["runs"], name, runs, self._seeds(k))
             said, start = f"warm start from iter{j}'s best, {name}", {"iteration": j, "candidate": name}
         elif c.pretrain_epochs and k != "pretrain":
             j, name = "pretrain", c.pretrain_reward
@@ -748,7 +748,7 @@ class Loop:
             if all(run["failed"] for run in curves["runs"]):
                 self.run.log(f"{self._dir(k)}/train: every pretrained run failed; training from scratch")
                 return None
-            picks = parent_runs(curves["runs"], name, runs, c.seeds)
+            picks = parent_runs(curves["runs"], name, runs, self._seeds(k))
             said, start = f"from the agents pretrained on {name}", {"pretrained": name}
         else:
             return None
@@ -808,6 +808,13 @@ class Loop:
 
         return KeepBest(score, every=c.keep_best_every, average=c.keep_best_average)
 
+    def _seeds(self, k) -> int:
+        """Training draws per reward in stage k (keys of their own)."""
+        return self.config.final_seeds if k == "final" else self.config.seeds
+
+    def _final_agents(self) -> dict[str, int]:
+        return final_agents(self.run.path)
+
     @staticmethod
     def _dir(k) -> str:
         return k if k in ("final", "pretrain") else f"iter{k}"
@@ -847,13 +854,14 @@ class Loop:
         clips_json, clips_dir, iteration = f"{d}/race/clips.json", d, k
         if k == "final":
             self.run.write_json(f"{d}/race/track.json", centre_line(e.race_params))
-            self._videos(d, [(r["candidate"], ri, 0, 0) for ri, r in enumerate(runs) if r["seed"] == 0],
+            agents = self._final_agents()
+            self._videos(d, [(name, ri, 0, 0) for name, ri in agents.items()],
                          ev.states, seconds=min(30.0, e.race_steps * e.race_env.static.dt))
             finalists = [n for n, _ in self._finalists()]
             if len(finalists) < 2:
                 return
             # the judge picks among the loop's finalists from their final races' clips (stored as iteration K + 1)
-            ok = [ri for ri, r in enumerate(runs) if r["candidate"] in finalists and not r["failed"]]
+            ok = [agents[n] for n in finalists if not runs[agents[n]]["failed"]]
             clips_dir, iteration = "final/clips", self.last_iteration + 1
         else:
             ok = [ri for ri, r in enumerate(runs) if not r["failed"]]
@@ -1045,34 +1053,40 @@ class Loop:
             self.run.write_json(f"{d}/judge_stats.json", dataclasses.asdict(stats) | {
                 "position_bias": stats.position_bias})
 
-    def _same_race_pairs(self, d: str, runs: list[dict], ok: list[int], races: int, rng) -> list[tuple]:
-        """(key, first clip id, second clip id) for every two of the `ok` runs of one seed on the same race and
-        clip slot, in an order drawn from `rng`; the clip ids from d/race/clips.json."""
+    def _same_race_pairs(self, d: str, runs: list[dict], ok: list[int], races: int, rng, *,
+                         by_seed: bool = True) -> list[tuple]:
+        """(key, first clip id, second clip id) for every two of the `ok` runs of one seed (or of any seeds:
+        not `by_seed`) on the same race and clip slot, in an order drawn from `rng`; the clip ids from
+        d/race/clips.json."""
         ids = self.run.read_json(f"{d}/race/clips.json")
         pairs = []
-        for seed in range(self.config.seeds):
-            mine = [ri for ri in ok if runs[ri]["seed"] == seed]
+        seeds = sorted({runs[ri]["seed"] for ri in ok})
+        groups = ([(f"seed{s}", [ri for ri in ok if runs[ri]["seed"] == s]) for s in seeds] if by_seed or len(seeds) < 2
+                  else [("draws", ok)])
+        for seed, mine in groups:
             for i in range(races):
                 for j in range(self.config.clips_per_race):
                     for a, b in itertools.combinations(mine, 2):
                         if rng.uniform() < 0.5:
                             a, b = b, a
-                        key = f"{d}/seed{seed}/race{i}/slot{j}/{runs[a]['candidate']}~{runs[b]['candidate']}"
+                        key = f"{d}/{seed}/race{i}/slot{j}/{runs[a]['candidate']}~{runs[b]['candidate']}"
                         pairs.append((key, ids[f"{a}/{i}/{j}"], ids[f"{b}/{i}/{j}"]))
         return pairs
 
     def judge_final(self) -> None:
-        """The judge compares the loop's finalists on every final race (clip slot and seed alike); Bradley-Terry
-        over those verdicts picks the loop's agent (final/pick.json). A finalist whose every run failed is last."""
+        """The judge compares the loop's finalists' agents (each one's picked draw) on every final race and clip
+        slot; Bradley-Terry over those verdicts picks the loop's agent (final/pick.json). A finalist whose every
+        run failed is last."""
         from jaxrace.rewards.bradley_terry import fit_labels
 
         c = self.config
         k = self.last_iteration + 1
         runs = self.run.read_json("final/train/curves.json")["runs"]
         names = [n for n, _ in self._finalists()]
-        ok = [ri for ri, r in enumerate(runs) if r["candidate"] in names and not r["failed"]]
+        agents = self._final_agents()
+        ok = [agents[n] for n in names if not runs[agents[n]]["failed"]]
         rng = np.random.default_rng([c.seed, k, 0x9A1D])
-        pairs = self._same_race_pairs("final", runs, ok, c.final_races, rng)
+        pairs = self._same_race_pairs("final", runs, ok, c.final_races, rng, by_seed=False)
         if c.judge_selection == "active" and 0 < c.judge_budget < len(pairs):
             records = self._judge_active(k, pairs, "final", runs, rng)
         else:
@@ -1197,12 +1211,37 @@ def loop_agent(run_dir: str | Path) -> str | None:
     or while the judge has not yet picked among several."""
     import json
 
+    from jaxrace.rewards.library import LIBRARY
+
     run_dir = Path(run_dir)
     if (run_dir / "final/pick.json").exists():
         return json.loads((run_dir / "final/pick.json").read_text())["pick"]
     runs = json.loads((run_dir / "final/train/curves.json").read_text())["runs"]
-    loop = list(dict.fromkeys(r["candidate"] for r in runs if r["candidate"] not in LIBRARY_BASELINES))
+    loop = list(dict.fromkeys(r["candidate"] for r in runs if r["candidate"] not in LIBRARY))
     return loop[0] if len(loop) == 1 else None
+
+
+def final_agents(run_dir: str | Path) -> dict[str, int]:
+    """{candidate: the run of a run directory's final job that is its agent}: `picked_draws` over its
+    runs (final/train/curves.json) by their kept checkpoints' selection scores (kept.json)."""
+    import json
+
+    train = Path(run_dir) / "final/train"
+    runs = json.loads((train / "curves.json").read_text())["runs"]
+    kept = json.loads((train / "kept.json").read_text()) if (train / "kept.json").exists() else None
+    return picked_draws(runs, None if kept is None else [float(x) for x in kept["task_score"]])
+
+
+def picked_draws(runs: list[dict], task_scores: list[float] | None) -> dict[str, int]:
+    """{candidate: the index of its run that is its agent}, candidates in the order of `runs`: of its draws
+    that did not fail (all of them if every one failed), the one whose kept checkpoint scored best on the
+    selection races (`task_scores`, per run; higher is better), the lower index on a tie or without scores."""
+    out = {}
+    for name in dict.fromkeys(r["candidate"] for r in runs):
+        mine = [i for i, r in enumerate(runs) if r["candidate"] == name]
+        ok = [i for i in mine if not runs[i]["failed"]] or mine
+        out[name] = min(ok, key=lambda i: (-task_scores[i] if task_scores else 0.0, i))
+    return out
 
 
 def parent_runs(trained: list[dict], name: str, runs: int, seeds: int) -> list[int]:

@@ -376,13 +376,31 @@ def _judged(run: RunDir, records: list[dict], limit: int = 40) -> str:
             + _table(["first", "second", "clip", "verdict", "judge", "rationale"], rows) + more)
 
 
-def _trial_cell(trial: dict, name: str) -> str:
-    """The candidate's time trial (alone, two laps): its best lap over its seeds against the reference."""
-    mine = [t for r, t in zip(trial["runs"], trial["trials"], strict=True) if r["candidate"] == name]
-    laps = [t["best_lap"] for t in mine if t["best_lap"] is not None]
-    outs = sum(t["course_outs"] for t in mine)
-    lap = f"{min(laps):.2f} s ({100 * (min(laps) / trial['reference_lap'] - 1):+.1f}%)" if laps else "no full lap"
-    return f"{lap}, {outs} out{'s' if outs != 1 else ''}"
+def _trial_cell(trial: dict, run: int) -> str:
+    """One final run's time trial (alone, two laps): its best lap against the reference, its course-outs."""
+    t = trial["trials"][run]
+    lap = (f"{t['best_lap']:.2f} s ({100 * (t['best_lap'] / trial['reference_lap'] - 1):+.1f}%)"
+           if t["best_lap"] is not None else "no full lap")
+    return f"{lap}, {t['course_outs']} out{'s' if t['course_outs'] != 1 else ''}"
+
+
+def _draws(runs: list[dict], races: list[list[dict]], kept: dict | None, agents: dict[str, int],
+           trial: dict | None) -> str:
+    """Every training draw of the final job's rewards (final_seeds > 1): what each scored on the selection
+    races and in the final races, which one is the reward's agent."""
+    from jaxrace.design.loop import race_summary
+
+    rows, classes = [], []
+    for r, run in enumerate(runs):
+        score = "-" if kept is None else _num(float(kept["task_score"][r]))
+        rows.append([_e(run["candidate"]), run["seed"], score, *_race_cells(race_summary([races[r]]))]
+                    + ([_trial_cell(trial, r)] if trial else []) + ["failed" if run["failed"] else ""])
+        classes.append("best" if agents[run["candidate"]] == r else "")
+    return ("<h3>Training draws</h3><p>Each reward trained once per seed on a key of its own; its agent (marked, "
+            "and in the table above) is the draw whose kept checkpoint scored best on the selection races, "
+            "never on the final races.</p>"
+            + _table(["reward", "seed", "selection task score", *RACE_HEADER,
+                      *(["time trial: best lap, course-outs"] if trial else []), ""], rows, classes))
 
 
 def _training_notes(config) -> str:
@@ -425,21 +443,24 @@ def _pick_note(pick: dict) -> str:
 def _final(run: RunDir) -> str:
     if not run.exists("final/race/metrics.json"):
         return '<h2 id="final">Final agent</h2><p class="note">not run yet</p>'
-    from jaxrace.design.loop import LIBRARY_BASELINES, loop_agent, race_summary
+    from jaxrace.design.loop import final_agents, loop_agent, race_summary
+    from jaxrace.rewards.library import LIBRARY
 
     metrics = run.read_json("final/race/metrics.json")
     runs = metrics["runs"]
-    names = list(dict.fromkeys(r["candidate"] for r in runs))
+    agents = final_agents(run.path)  # each reward's agent: its picked draw (its one run with final_seeds 1)
+    names = list(agents)
     trial = run.read_json("final/trial.json") if run.exists("final/trial.json") else None
+    kept = run.read_json("final/train/kept.json") if run.exists("final/train/kept.json") else None
     rows = []
     for name in names:
-        s = race_summary([m for r, m in zip(runs, metrics["races"], strict=True) if r["candidate"] == name])
+        s = race_summary([metrics["races"][agents[name]]])
         rows.append([_e(name), *_race_cells(s), _num(s["finished"], "{:.0%}")]
-                    + ([_trial_cell(trial, name)] if trial else []))
+                    + ([_trial_cell(trial, agents[name])] if trial else []))
     ref = metrics.get("reference_lap")
     agent = loop_agent(run.path)
     pick = run.read_json("final/pick.json") if run.exists("final/pick.json") else None
-    loop = [n for n in names if n not in LIBRARY_BASELINES]
+    loop = [n for n in names if n not in LIBRARY]
     who = ("The loop's finalists (the last iteration's best, in Bradley-Terry's order)" if len(loop) > 1
            else "The winner (first, when an iteration produced one)")
     out = ['<h2 id="final">Final agent against the library rewards</h2>',
@@ -452,9 +473,11 @@ def _final(run: RunDir) -> str:
                   rows, ["best" if name == agent else "" for name in names])]
     if pick is not None:
         out.append(_pick_note(pick))
-    out.append(_incidents(run, names, runs, metrics["races"]))
-    if run.exists("final/train/kept.json"):
-        out.append(_kept_note(run.read_json("final/train/kept.json"), runs))
+    if len(runs) > len(names):
+        out.append(_draws(runs, metrics["races"], kept, agents, trial))
+    out.append(_incidents(run, names, [runs[agents[n]] for n in names], [metrics["races"][agents[n]] for n in names]))
+    if kept is not None:
+        out.append(_kept_note(kept, runs))
     out.append(_training_notes(run.config()))
     out.append(_start_note(run, "final"))
     if run.exists("final/train/curves.json"):

@@ -72,6 +72,8 @@ def _finite(obj):
 
 
 def _toml(value) -> str:
+    if isinstance(value, tuple | list):
+        return json.dumps(list(value))
     return str(value).lower() if isinstance(value, bool) else repr(value)
 
 

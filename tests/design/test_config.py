@@ -34,6 +34,13 @@ def test_toml_then_options_override_the_preset(tmp_path):
     ("m = 2\nn = 3\n", "n \\(trained per iteration, 3\\) cannot exceed m"),
     ("n = 2\nfinal_candidates = 3\n", "final_candidates \\(3\\) cannot exceed n \\(trained per iteration, 2\\)"),
     ("final_candidates = 0\n", "final_candidates must be at least 1 \\(got 0\\)"),
+    ("final_seeds = 0\n", "final_seeds must be at least 1 \\(got 0\\)"),
+    ("final_seeds = 2\nkeep_best_every = 0\n", "final_seeds \\(2\\) picks each reward's draw by the final job's "
+                                               "selection races: keep_best_every must be at least 1"),
+    ("final_baselines = ['progress', 'speed']\n", "final_baselines must name distinct library rewards, of "
+                                                  "gt_sophy, progress \\(got \\['progress', 'speed'\\]\\)"),
+    ("final_baselines = ['progress', 'progress']\n", "final_baselines must name distinct library rewards"),
+    ("final_baselines = 'progress'\n", "final_baselines must be a tuple, got 'progress'"),
     ("epochs = 70\n", "chunk_epochs \\(50\\) must divide epochs \\(70\\)"),
     ("llm = 'gpt'\n", "llm must be one of"),
     ("m = [\n", "cannot read the config"),
@@ -57,6 +64,29 @@ def test_bad_configs_are_refused_with_the_field_named(tmp_path, text, message):
     path.write_text(text)
     with pytest.raises(ValueError, match=message):
         load_config("quick", path)
+
+
+def test_final_baselines_read_from_toml_as_a_tuple_and_resume_from_the_stored_list(tmp_path):
+    path = tmp_path / "c.toml"
+    path.write_text("final_baselines = ['gt_sophy']\nfinal_seeds = 2\n")
+    config = load_config("quick", path)
+    assert config.final_baselines == ("gt_sophy",) and config.final_seeds == 2
+    assert load_config("quick", None, final_baselines=[]).final_baselines == ()
+    run = RunDir.open(tmp_path / "run", config)
+    assert json.loads(run.file("config.json").read_text())["final_baselines"] == ["gt_sophy"]
+    assert RunDir.open(tmp_path / "run", config).config() == config  # JSON's list is the same config
+    with pytest.raises(ConfigMismatch, match=r"final_baselines: \('gt_sophy',\) -> \('progress', 'gt_sophy'\)"):
+        RunDir.open(tmp_path / "run", dataclasses.replace(config, final_baselines=("progress", "gt_sophy")))
+
+
+def test_a_run_made_before_final_draws_resumes_with_one_draw_and_both_library_rewards(tmp_path):
+    quick = PRESETS["quick"]
+    run = RunDir.open(tmp_path / "run", quick)
+    stored = json.loads(run.file("config.json").read_text())
+    del stored["final_seeds"], stored["final_baselines"]
+    run.file("config.json").write_text(json.dumps(stored))
+    assert RunDir.open(tmp_path / "run", quick).config() == quick
+    assert json.loads(run.file("config.json").read_text())["final_baselines"] == ["progress", "gt_sophy"]
 
 
 def test_a_run_directory_refuses_another_config_and_foreign_folders(tmp_path):

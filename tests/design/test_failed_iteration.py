@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from jaxrace.design.config import load_config
-from jaxrace.design.loop import LIBRARY_BASELINES, Loop, parent_runs
+from jaxrace.design.config import LIBRARY_BASELINES, load_config
+from jaxrace.design.loop import Loop, parent_runs
 from jaxrace.design.progress import Display
 from jaxrace.design.rundir import RunDir
 from jaxrace.rewards import library_reward

@@ -18,6 +18,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 TINY = """
@@ -283,25 +284,15 @@ def test_a_carried_best_races_again_with_its_saved_agent_when_reuse_is_on(setup,
 
 def test_two_finalists_train_in_the_final_job_and_the_judge_picks_the_loops_agent(setup, finished, tmp_path):
     """A copy of the finished run with its final job removed and `final_candidates = 2` in its config (the
-    same search, another final job): the final job trains iteration 2's best two beside the library rewards,
-    the judge compares the two on each final race and clip slot, and Bradley-Terry's first is the loop's agent."""
-    import shutil
-
+    same search, another final job): the final job trains iteration 2's best two beside a library reward (one:
+    3 runs, as the iterations', so no new compile), the judge compares the two on each final race and clip
+    slot, and Bradley-Terry's first is the loop's agent."""
     from jaxrace.design.loop import loop_agent
 
     root, _, env = setup
     run = tmp_path / "finalists"
-    shutil.copytree(finished, run)
-    shutil.rmtree(run / "final")
-    stages = json.loads((run / "stages.json").read_text())
-    search = {k: v for k, v in stages.items() if k.startswith(("bootstrap", "pretrain", "iter"))}
-    (run / "stages.json").write_text(json.dumps(search))
-    stored = json.loads((run / "config.json").read_text())
-    stored["final_candidates"] = 2
-    (run / "config.json").write_text(json.dumps(stored))
-    config = root / "finalists.toml"
-    config.write_text(TINY + "final_candidates = 2\n")
-    out = subprocess.run(command(config, run), env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
+    out = another_final_job(finished, run, root / "finalists.toml", env,
+                            {"final_candidates": 2, "final_baselines": ["gt_sophy"]})
     assert out.returncode == 0, out.stderr[-3000:]
     assert list(json.loads((run / "stages.json").read_text()))[-5:] == [
         "final/train", "final/race", "final/judge", "final/trial", "report"]
@@ -309,7 +300,7 @@ def test_two_finalists_train_in_the_final_job_and_the_judge_picks_the_loops_agen
     rank = json.loads((run / "iter2" / "rank.json").read_text())
     finalists = [rank["best"], next(n for n in rank["order"] if n != rank["best"] and not rank["failed"][n])]
     metrics = json.loads((run / "final" / "race" / "metrics.json").read_text())
-    assert [r["candidate"] for r in metrics["runs"]] == finalists + ["progress", "gt_sophy"]
+    assert [r["candidate"] for r in metrics["runs"]] == finalists + ["gt_sophy"]
     for name in finalists:
         assert (run / "final" / "candidates" / f"{name}.py").read_text() == (
             run / "iter2" / "candidates" / f"{name}.py").read_text()
@@ -334,7 +325,7 @@ def test_two_finalists_train_in_the_final_job_and_the_judge_picks_the_loops_agen
     assert pick["scores"][finalists.index(pick["pick"])] >= max(pick["scores"])
     assert f"final/judge: the judge picked {pick['pick']} from the finalists" in (run / "log.txt").read_text()
     trial = json.loads((run / "final" / "trial.json").read_text())
-    assert [r["candidate"] for r in trial["runs"]] == finalists + ["progress", "gt_sophy"]
+    assert [r["candidate"] for r in trial["runs"]] == finalists + ["gt_sophy"]
     page = (run / "report.html").read_text()
     assert "The judge compared the 2 finalists on each of their 1 final races" in page
     assert f"The loop's agent is <b>{pick['pick']}</b>" in page
@@ -354,6 +345,73 @@ def test_two_finalists_train_in_the_final_job_and_the_judge_picks_the_loops_agen
     early = early[early.index('<h2 id="final">'):]
     assert "The judge has not yet picked the loop's agent." in early
     assert '<tr class="best">' not in early[:early.index("<h2", 4)]
+
+
+def another_final_job(finished: Path, run: Path, config: Path, env: dict, fields: dict):
+    """Copies the finished run to `run` without its final job, with `fields` in its config (the same
+    search, another final job), and runs `jaxrace design` there; returns the completed process."""
+    import shutil
+
+    shutil.copytree(finished, run)
+    shutil.rmtree(run / "final")
+    stages = json.loads((run / "stages.json").read_text())
+    search = {k: v for k, v in stages.items() if k.startswith(("bootstrap", "pretrain", "iter"))}
+    (run / "stages.json").write_text(json.dumps(search))
+    stored = json.loads((run / "config.json").read_text())
+    (run / "config.json").write_text(json.dumps(stored | fields))
+    config.write_text(TINY + "".join(f"{k} = {json.dumps(v)}\n" for k, v in fields.items()))
+    return subprocess.run(command(config, run), env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
+
+
+def test_each_reward_of_the_final_job_trains_several_draws_and_its_agent_is_the_best_on_the_selection_races(
+        setup, finished, tmp_path):
+    """`final_seeds = 3` with no library reward (3 runs, as the iterations'): the loop's best trains three
+    draws on keys of their own; its agent is the draw whose kept checkpoint scored best on the selection
+    races; only that draw's video is rendered and the report marks it in a table of the draws."""
+    from jaxrace.design.loop import final_agents, loop_agent
+
+    root, _, env = setup
+    run = tmp_path / "draws"
+    out = another_final_job(finished, run, root / "draws.toml", env, {"final_seeds": 3, "final_baselines": []})
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert list(json.loads((run / "stages.json").read_text()))[-4:] == [
+        "final/train", "final/race", "final/trial", "report"]
+    best = json.loads((run / "iter2" / "rank.json").read_text())["best"]
+    curves = json.loads((run / "final" / "train" / "curves.json").read_text())
+    assert [(r["candidate"], r["seed"]) for r in curves["runs"]] == [(best, 0), (best, 1), (best, 2)]
+    rewards = np.asarray(curves["reward"])
+    assert rewards.shape[0] == 3 and not np.allclose(rewards[0], rewards[1])  # keys of their own
+    assert json.loads((run / "final" / "train" / "start.json").read_text())["runs"] == [0, 0, 0]  # all pretrained
+    scores = [float(x) for x in json.loads((run / "final" / "train" / "kept.json").read_text())["task_score"]]
+    ok = [i for i, r in enumerate(curves["runs"]) if not r["failed"]] or [0, 1, 2]
+    picked = max(ok, key=lambda i: (scores[i], -i))
+    assert final_agents(run) == {best: picked} and loop_agent(run) == best
+    assert sorted(p.name for p in (run / "final" / "videos").iterdir()) == [f"{best}-race0-slot0.mp4"]
+    trial = json.loads((run / "final" / "trial.json").read_text())
+    assert len(trial["trials"]) == 3
+    page = (run / "report.html").read_text()
+    section = page[page.index('<h2 id="final">'):]
+    section = section[:section.index("<h2", 4)]
+    draws = section[section.index("<h3>Training draws</h3>"):]
+    draws = draws[:draws.index("</table>")]
+    assert draws.count("<tr") == 4 and draws.count('<tr class="best">') == 1  # header and the three draws
+    assert f'<tr class="best"><td>{best}</td><td class="num">{picked}</td>' in draws
+    from jaxrace.design.report import _trial_cell
+
+    mine = section[section.index(f'<tr class="best"><td>{best}</td>'):]
+    assert _trial_cell(trial, picked) in mine[:mine.index("</tr>")]  # the agent's row is its picked draw's
+
+
+def test_picked_draws_takes_each_rewards_best_selection_score_among_the_draws_that_trained():
+    from jaxrace.design.loop import picked_draws
+
+    runs = [{"candidate": "a", "failed": False}, {"candidate": "a", "failed": False},
+            {"candidate": "b", "failed": True}, {"candidate": "b", "failed": False},
+            {"candidate": "c", "failed": True}, {"candidate": "c", "failed": True}]
+    assert picked_draws(runs, [1.0, 2.0, 5.0, -1.0, 3.0, 4.0]) == {"a": 1, "b": 3, "c": 5}
+    assert picked_draws(runs, [2.0, 2.0, 0.0, 0.0, 0.0, 0.0]) == {"a": 0, "b": 3, "c": 4}  # a tie: the first
+    assert picked_draws(runs, [float("-inf")] * 6) == {"a": 0, "b": 3, "c": 4}  # never judged
+    assert picked_draws(runs, None) == {"a": 0, "b": 3, "c": 4}
 
 
 def wait_for_line(log: Path, text: str, proc, timeout_s: float = RUN_TIMEOUT_S) -> None:
