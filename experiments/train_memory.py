@@ -59,7 +59,7 @@ def main() -> None:
     parser.add_argument("--preset", default="paper")
     parser.add_argument("--config", default=None, help="a TOML file of DesignConfig fields over the preset")
     parser.add_argument("--runs", type=int, nargs="+", default=None,
-                        help="runs per job (default: the iterations' N x seeds and the final job's 3 x seeds)")
+                        help="runs per job (default: the iterations' N x seeds and the final job's runs)")
     args = parser.parse_args()
     config = load_config(args.preset, args.config)
     envs = Envs.make(config)
@@ -69,7 +69,8 @@ def main() -> None:
     limit = runner.device_memory_limit(jax.devices()[0])
     limit = None if limit is None else limit / GIB
     rows, table = [], []
-    for runs in args.runs or sorted({config.n * config.seeds, 3 * config.seeds}):
+    final = (config.final_candidates + len(config.final_baselines)) * config.final_seeds
+    for runs in args.runs or sorted({config.n * config.seeds, final}):
         m = job_memory(trainer, runs)
         table.append([runs, f"{m['replay_gib']:.1f}", f"{m['state_gib']:.1f}", f"{m['collect_temp_gib']:.2f}",
                       f"{m['learn_temp_gib']:.2f}", f"{m['needed_gib']:.1f}",

@@ -114,7 +114,8 @@ class DesignConfig:
     # ... and trains each reward of the final job (its finalists and the library rewards alike) this many
     # times, on keys of their own; each reward's agent is its draw with the best selection races (the
     # final job's keep-best races, not the final races): one training draw moves a car as far as rewards
-    # differ, so one draw per reward compares keys as much as rewards
+    # differ, so one draw per reward compares keys as much as rewards. With pretraining, a draw starts from
+    # the pretrained agent of its seed (of seed 0 beyond `seeds`): the draws differ in their keys
     final_seeds: int = 1
     # the library rewards the final job trains beside the loop's finalists, on the same budget
     final_baselines: tuple[str, ...] = LIBRARY_BASELINES
@@ -216,9 +217,10 @@ class DesignConfig:
         if self.final_candidates > self.n:
             problems.append(f"final_candidates ({self.final_candidates}) cannot exceed n (trained per iteration, "
                             f"{self.n}): they are the last iteration's best")
-        if self.final_seeds > 1 and not self.keep_best_every:
+        if self.final_seeds > 1 and not 0 < self.keep_best_every <= self.final_epochs // self.chunk_epochs:
             problems.append(f"final_seeds ({self.final_seeds}) picks each reward's draw by the final job's "
-                            f"selection races: keep_best_every must be at least 1 (got 0)")
+                            f"selection races: keep_best_every ({self.keep_best_every}) must be at least 1 and "
+                            f"at most the final job's chunks ({self.final_epochs // self.chunk_epochs})")
         for name, value, choices in (("llm", self.llm, LLMS), ("judge", self.judge, JUDGES),
                                      ("actor_input", self.actor_input, ACTOR_INPUTS)):
             if value not in choices:
@@ -309,7 +311,7 @@ PRESETS = {
     # fits: 20 GiB of state and 8 GiB of temporary memory by experiments/train_memory.py on XLA:CPU.
     # 256 sequences and 1,000,000 (about the papers') need 13 GiB of replay per run: on an H100,
     # 2 runs already ran out of memory (the README's "The paper preset on a GPU").
-    "paper": DesignConfig(preset="paper", track="gp", opponents=7, iterations=4, m=10, n=5, seeds=2,
+    "paper": DesignConfig(preset="paper", track="gp", opponents=7, iterations=4, m=10, n=5, seeds=2, final_seeds=2,
                           actor_input="pixels", recurrent=True, hidden=256, num_envs=64, updates_per_epoch=32,
                           batch_size=32, replay_size=150_000, warmup_epochs=20, epochs=1000, chunk_epochs=100,
                           final_epochs=1500, race_laps=2, eval_races=4, final_races=20, clip_seconds=15.0,

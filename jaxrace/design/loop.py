@@ -58,6 +58,7 @@ from jaxrace.jit import jit
 # is safe beside JAX's threads; JAX warns about any fork all the same.
 warnings.filterwarnings("ignore", message=r"os\.fork\(\) was called", category=RuntimeWarning)
 
+NOTHING_TO_TRAIN = "no candidate trained in any iteration and final_baselines is empty: no final job"
 MAX_RETRIES = 1  # iterations in which every candidate failed that are run again (not counted)
 STEER_LOCK_SPEED = 20.0  # m/s: speed-sensitive steering, GT7's controller assist (as the reference agent)
 STORE = "preferences.sqlite"
@@ -316,11 +317,14 @@ class Loop:
                 self.stage(f"iter{k}/tune", self.tune, k)
             k += 1
         self.last_iteration = k - 1
-        self.stage("final/train", self.train, "final")
-        self.stage("final/race", self.race, "final")
-        if len(self._finalists()) > 1:
-            self.stage("final/judge", self.judge_final)
-        self.stage("final/trial", self.time_trial)
+        if self._runs("final")[0]:
+            self.stage("final/train", self.train, "final")
+            self.stage("final/race", self.race, "final")
+            if len(self._finalists()) > 1:
+                self.stage("final/judge", self.judge_final)
+            self.stage("final/trial", self.time_trial)
+        else:
+            self.run.log(f"final: {NOTHING_TO_TRAIN}")
         from jaxrace.design.report import write_report
 
         with self._stage("report"):
@@ -967,14 +971,15 @@ class Loop:
         return ids
 
     def _clip_videos(self, d, names, seeds, states, starts) -> dict:
-        """Renders videos_per_candidate clips of each candidate's seed-0 run: {(run, race, slot): path}."""
+        """Renders videos_per_candidate clips of each candidate's seed-0 run (of every run in final/clips: each
+        finalist's agent, whichever its seed): {(run, race, slot): path}."""
         c = self.config
         wanted = []
         for r, (name, seed) in enumerate(zip(names, seeds, strict=True)):
             slots = [(i, j) for i in range(states.view.progress.shape[1]) for j in range(len(starts[0]))]
             if c.judge in ("vlm", "human"):  # they judge from videos: every clip needs one
                 wanted += [(f"{name}-seed{seed}" if seed else name, r, i, j) for i, j in slots]
-            elif seed == 0:
+            elif seed == 0 or d == "final/clips":
                 wanted += [(name, r, i, j) for i, j in slots[:c.videos_per_candidate]]
 
         paths = self._videos(d, wanted, states, starts=starts, seconds=self.envs.clip_seconds)

@@ -398,7 +398,8 @@ def _draws(runs: list[dict], races: list[list[dict]], kept: dict | None, agents:
         classes.append("best" if agents[run["candidate"]] == r else "")
     return ("<h3>Training draws</h3><p>Each reward trained once per seed on a key of its own; its agent (marked, "
             "and in the table above) is the draw whose kept checkpoint scored best on the selection races, "
-            "never on the final races.</p>"
+            "never on the final races. The draws of a reward differ in their training keys (with pretraining, "
+            "each started from the pretrained agent of its seed, or of seed 0 past the seeds pretrained).</p>"
             + _table(["reward", "seed", "selection task score", *RACE_HEADER,
                       *(["time trial: best lap, course-outs"] if trial else []), ""], rows, classes))
 
@@ -441,9 +442,11 @@ def _pick_note(pick: dict) -> str:
 
 
 def _final(run: RunDir) -> str:
+    from jaxrace.design.loop import NOTHING_TO_TRAIN, final_agents, loop_agent, race_summary
+
     if not run.exists("final/race/metrics.json"):
-        return '<h2 id="final">Final agent</h2><p class="note">not run yet</p>'
-    from jaxrace.design.loop import final_agents, loop_agent, race_summary
+        nothing = run.exists("log.txt") and f"final: {NOTHING_TO_TRAIN}" in run.file("log.txt").read_text()
+        return f'<h2 id="final">Final agent</h2><p class="note">{NOTHING_TO_TRAIN if nothing else "not run yet"}</p>'
     from jaxrace.rewards.library import LIBRARY
 
     metrics = run.read_json("final/race/metrics.json")
@@ -464,8 +467,10 @@ def _final(run: RunDir) -> str:
     who = ("The loop's finalists (the last iteration's best, in Bradley-Terry's order)" if len(loop) > 1
            else "The winner (first, when an iteration produced one)")
     out = ['<h2 id="final">Final agent against the library rewards</h2>',
-           f"<p>{who} and the library rewards, trained on the same budget and raced "
-           f"{len(metrics['races'][0])} times each from the back of the grid against the built-in AI"
+           f"<p>{who}" + (" and the library rewards, trained on the same budget" if len(loop) < len(names) else "")
+           + (f", each trained {len(runs) // len(names)} times (its agent the draw below)" if len(runs) > len(names)
+              else "")
+           + f", raced {len(metrics['races'][0])} times each from the back of the grid against the built-in AI"
            + (f" (reference lap {ref:.2f} s)" if ref else "") + "."
            + (" The loop's agent is marked." if agent else " The judge has not yet picked the loop's agent.")
            + "</p>",

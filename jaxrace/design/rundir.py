@@ -124,6 +124,8 @@ class RunDir:
         data = {k: float(v) if isinstance(v, str) and v in ("inf", "-inf", "nan") else v for k, v in data.items()}
         missing = {k: PREDATED_VALUES.get(k, v) for k, v in (fill_from.to_dict() if fill_from else {}).items()
                    if k not in data}
+        if "final_seeds" in missing:  # before the field, the final job trained `seeds` draws of each reward
+            missing["final_seeds"] = data.get("seeds", 1)
         if missing:
             data.update(missing)
             atomic_write_json(self.path / CONFIG, data)

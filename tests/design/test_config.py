@@ -36,7 +36,9 @@ def test_toml_then_options_override_the_preset(tmp_path):
     ("final_candidates = 0\n", "final_candidates must be at least 1 \\(got 0\\)"),
     ("final_seeds = 0\n", "final_seeds must be at least 1 \\(got 0\\)"),
     ("final_seeds = 2\nkeep_best_every = 0\n", "final_seeds \\(2\\) picks each reward's draw by the final job's "
-                                               "selection races: keep_best_every must be at least 1"),
+                                               "selection races: keep_best_every \\(0\\) must be at least 1"),
+    ("final_seeds = 2\nkeep_best_every = 7\n", "keep_best_every \\(7\\) must be at least 1 and at most the final "
+                                               "job's chunks \\(6\\)"),
     ("final_baselines = ['progress', 'speed']\n", "final_baselines must name distinct library rewards, of "
                                                   "gt_sophy, progress \\(got \\['progress', 'speed'\\]\\)"),
     ("final_baselines = ['progress', 'progress']\n", "final_baselines must name distinct library rewards"),
@@ -87,6 +89,14 @@ def test_a_run_made_before_final_draws_resumes_with_one_draw_and_both_library_re
     run.file("config.json").write_text(json.dumps(stored))
     assert RunDir.open(tmp_path / "run", quick).config() == quick
     assert json.loads(run.file("config.json").read_text())["final_baselines"] == ["progress", "gt_sophy"]
+    # a paper run (seeds 2) trained every reward's final job twice before the field: it resumes so
+    paper = PRESETS["paper"]
+    assert paper.seeds == paper.final_seeds == 2
+    older = RunDir.open(tmp_path / "paper", dataclasses.replace(paper, seeds=3, final_seeds=3))
+    stored = json.loads(older.file("config.json").read_text())
+    del stored["final_seeds"]
+    older.file("config.json").write_text(json.dumps(stored))
+    assert older.config(fill_from=paper).final_seeds == 3
 
 
 def test_a_run_directory_refuses_another_config_and_foreign_folders(tmp_path):

@@ -134,6 +134,18 @@ def test_an_iteration_where_nothing_trains_is_retried_once_not_counted(tmp_path,
     stubborn.run_all()  # every iteration fails: one retry only, then the run ends
     assert [c for c in calls if c.startswith("generate")] == ["generate1", "generate2", "generate3"]
 
+    # ... and with no library reward in the final job there is nothing to train: no final job, the report says so
+    from jaxrace.design.loop import NOTHING_TO_TRAIN
+    from jaxrace.design.report import _final
+
+    calls.clear()
+    alone = load_config("quick", bootstrap_races=0, iterations=2, final_baselines=[])
+    empty = Scripted(alone, RunDir.open(tmp_path / "c", alone), Display(quiet=True))
+    empty.run_all()
+    assert calls == ["generate1", "train1", "generate2", "train2", "generate3", "train3"]
+    assert f"final: {NOTHING_TO_TRAIN}" in empty.run.file("log.txt").read_text()
+    assert NOTHING_TO_TRAIN in _final(empty.run) and NOTHING_TO_TRAIN not in _final(stubborn.run)
+
 
 def test_warm_started_runs_take_the_parent_run_of_their_seed_or_its_first_that_trained():
     trained = [{"candidate": "a", "seed": 0, "failed": False}, {"candidate": "a", "seed": 1, "failed": False},

@@ -379,14 +379,14 @@ def test_each_reward_of_the_final_job_trains_several_draws_and_its_agent_is_the_
     best = json.loads((run / "iter2" / "rank.json").read_text())["best"]
     curves = json.loads((run / "final" / "train" / "curves.json").read_text())
     assert [(r["candidate"], r["seed"]) for r in curves["runs"]] == [(best, 0), (best, 1), (best, 2)]
-    rewards = np.asarray(curves["reward"])
+    rewards = np.asarray(curves["reward"], np.float64)  # (a diverged run's "nan" strings too)
     assert rewards.shape[0] == 3 and not np.allclose(rewards[0], rewards[1])  # keys of their own
     assert json.loads((run / "final" / "train" / "start.json").read_text())["runs"] == [0, 0, 0]  # all pretrained
     scores = [float(x) for x in json.loads((run / "final" / "train" / "kept.json").read_text())["task_score"]]
     ok = [i for i, r in enumerate(curves["runs"]) if not r["failed"]] or [0, 1, 2]
     picked = max(ok, key=lambda i: (scores[i], -i))
     assert final_agents(run) == {best: picked} and loop_agent(run) == best
-    assert sorted(p.name for p in (run / "final" / "videos").iterdir()) == [f"{best}-race0-slot0.mp4"]
+    assert [p.stem for p in (run / "final" / "videos").iterdir()] == [f"{best}-race0-slot0"]  # one: its agent's
     trial = json.loads((run / "final" / "trial.json").read_text())
     assert len(trial["trials"]) == 3
     page = (run / "report.html").read_text()
