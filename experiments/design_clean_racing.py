@@ -136,7 +136,8 @@ def main() -> None:
         role = "library" if r["library"] else "the loop" if r["candidate"] == agent else "a finalist not picked"
         draw = "" if r["agent"] else f", draw s{r['seed']}: not its agent"
         who = f"{r['candidate']} ({role}{draw})"
-        table.append([who, f"{r['env_steps']:,}", r["kept_epoch"], trial, f"{r['median_position']:g}",
+        score = "-" if r["selection_score"] is None else f"{r['selection_score']:.1f}"
+        table.append([who, f"{r['env_steps']:,}", r["kept_epoch"], score, trial, f"{r['median_position']:g}",
                       f"{r['at_fault_contacts_per_race']:.2f}", f"{r['course_outs_per_race']:.2f}", lap,
                       f"{sum(met.values())} of {len(met)}"])
         prefix = f"final: {r['candidate']}" + ("" if r["agent"] else f" draw s{r['seed']} (not its agent)")
@@ -164,8 +165,8 @@ def main() -> None:
     print(f"task {config.task!r}, preset {config.preset} on {config.track!r}: {config.iterations} iterations of "
           f"M={config.m}, N={config.n}; final races {config.final_races} from P8 of {config.opponents + 1} against "
           f"the AI at skill {config.ai_skill}; reference lap {ref:.2f} s")
-    print_table(["agent", "final env steps", "kept epoch", "time trial", "median finish", "at fault / race",
-                 "outs / race", "best race lap", "targets met"], table)
+    print_table(["agent", "final env steps", "kept epoch", "selection score", "time trial", "median finish",
+                 "at fault / race", "outs / race", "best race lap", "targets met"], table)
     print(f"search before the final job: {search:,} env steps; whole run {total / 60:.1f} min (sum of stages)")
     winner = next((r for r in final if r["candidate"] == agent and r["agent"]), None)
     if winner is None:
