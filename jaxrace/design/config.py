@@ -299,13 +299,19 @@ PRESETS = {
     "quick": DesignConfig(),
     # 2 CPU cores, at most 60 minutes: the headline experiment's loop.
     # Training as issue 16's reference recipe (32 envs, 16 updates of 256 per epoch): 256,000 env steps
-    # per candidate per iteration, 2,048,000 for each agent of the final job.
+    # per candidate per iteration, 2,048,000 for each agent of the final job, all started from an agent
+    # pretrained 2,000 epochs on gt_sophy (512,000 more). The search's settings are the headline runs'
+    # (docs/headline_experiment.md): ten whole races judged per candidate, the actor held 200 epochs while
+    # a candidate's critic learns its reward (not in the final job); the gt_sophy start gave the loop's
+    # agents with the fewest contacts (1.40, 0.60 and 1.65 per race against 2.5-3.9 from progress starts).
     "standard": DesignConfig(preset="standard", track="gp", opponents=7, iterations=3, m=6, n=4, hidden=128,
                              num_envs=32, updates_per_epoch=16, batch_size=256, replay_size=300_000, epochs=1000,
                              chunk_epochs=100, final_epochs=8000, keep_best_every=4, select_races=8, race_laps=2,
-                             eval_races=3, final_races=20, clip_seconds=15.0, clips_per_race=3, judge_beta=2.0,
-                             judge_mistake=0.1, tac_min_preferences=40, bootstrap_races=16, tune_weights="grad",
-                             actor_average=3e-4, keep_best_average=5),
+                             eval_races=10, final_races=20, clip_seconds=15.0, clips_per_race=1,
+                             clip_whole_race=True, judge_beta=2.0, judge_mistake=0.1, tac_min_preferences=40,
+                             bootstrap_races=16, tune_weights="grad", actor_average=3e-4, keep_best_average=5,
+                             pretrain_epochs=2000, pretrain_reward="gt_sophy", start_hold_epochs=200,
+                             start_hold_final=False),
     # The papers' settings, meant for one GPU: pixel actor with a GRU, asymmetric critic. Batches of
     # 32 sequences and 150,000 transitions of replay per run, so that a job of 10 runs (N x seeds)
     # fits: 20 GiB of state and 8 GiB of temporary memory by experiments/train_memory.py on XLA:CPU.

@@ -13,7 +13,12 @@ def test_presets_are_valid_and_differ_where_the_issue_says():
     paper = PRESETS["paper"]
     assert (paper.m, paper.n, paper.iterations, paper.final_epochs) == (10, 5, 4, 1500)
     assert paper.actor_input == "pixels" and paper.recurrent
-    assert PRESETS["standard"].track == "gp"
+    standard = PRESETS["standard"]
+    assert standard.track == "gp"
+    # the headline runs' settings: a gt_sophy-pretrained start, whole races judged, the hold in the search only
+    assert (standard.pretrain_reward, standard.pretrain_epochs, standard.start_hold_epochs) == ("gt_sophy", 2000, 200)
+    assert standard.clip_whole_race and standard.clips_per_race == 1 and not standard.start_hold_final
+    assert standard.final_seeds == 1 and PRESETS["quick"].pretrain_epochs == 0
     # the final job keeps the best weight average of 5 policies (issue 16), the quick one each policy
     assert PRESETS["standard"].keep_best_average == 5 and PRESETS["quick"].keep_best_average == 1
     assert {p.preset for p in PRESETS.values()} == set(PRESETS)
