@@ -469,7 +469,7 @@ class Loop:
         """The best program's weights fitted to every stored preference (`jaxrace.rewards.tuning`); when
         tuning helps on held-out pairs, the program with the tuned PARAMS is compiled for the next iteration."""
         from jaxrace.rewards import RewardBank, compile_reward, load_reward
-        from jaxrace.rewards.proposer import parse_proposal, tuning_limits
+        from jaxrace.rewards.proposer import parse_proposal, tuning_bands, tuning_limits
         from jaxrace.rewards.tuning import TuningConfig, tune, with_params
 
         c = self.config
@@ -485,16 +485,20 @@ class Loop:
             return
         compiled = load_reward(self.run.file(f"{folder}/{name}.jaxreward"))
         # a program in the offline proposer's form (its own, or an LLM's that kept its w_<term> weights) keeps
-        # the proposer's rules through tuning: its named prices never fall
+        # the proposer's rules through tuning: its named prices never fall, and a rear-end keeps its price in
+        # seconds of the pay for progress
         proposal = parse_proposal(self.run.file(f"{folder}/{name}.py").read_text(encoding="utf-8"))
         limits = tuning_limits(proposal, c.task) if proposal is not None else None
+        bands = tuning_bands(proposal) if proposal is not None else None
         with self.display.task(f"iter{k}/tune: {name}'s weights, {c.tune_weights}, {len(labels)} preferences",
                                total=None):
             result = tune(RewardBank.from_compiled([compiled]), first, second, labels,
-                          TuningConfig(method=c.tune_weights, seed=c.seed), limits=None if limits is None else [limits])
+                          TuningConfig(method=c.tune_weights, seed=c.seed), limits=None if limits is None else [limits],
+                          bands=None if bands is None else [bands])
         (one,) = result.candidates
         record = dataclasses.asdict(one) | {"candidate": name, "method": c.tune_weights, "program": None,
-                                            "fit_seconds": result.fit_seconds, "clips": result.clips, "limits": limits}
+                                            "fit_seconds": result.fit_seconds, "clips": result.clips, "limits": limits,
+                                            "bands": None if bands is None else [b.as_dict() for b in bands]}
         if one.tuned:
             tuned_name = f"{re.sub(r'-t[0-9]+$', '', name)}-t{k}"
             source = with_params(self.run.file(f"{folder}/{name}.py").read_text(encoding="utf-8"), one.params)

@@ -317,6 +317,12 @@ def _tuned(t: dict) -> str:
             for k, v in t["defaults"].items()]
     rules = (" Tuned within the offline proposer's rules: a price the task names never falls and a place's "
              "pay never rises." if limits else "")
+    for band in t.get("bands") or ():
+        over = " + ".join(f"{c:g} &times; {_e(k)}" for k, c in band["denominator"].items())
+        ratio = (sum(c * t["params"][k] for k, c in band["numerator"].items())
+                 / sum(c * t["params"][k] for k, c in band["denominator"].items()))
+        rules += (f" {_e(' + '.join(band['numerator']))} kept within {band['least']:.3g}-{band['most']:.3g} times "
+                  f"{over} (a rear-end's price in seconds of the pay for progress): {ratio:.3g} tuned.")
     return (f"<h3>Weight tuning ({_e(t['method'])})</h3><p>{_e(t['candidate'])}: {_e(t['reason'])}; "
             f"{outcome}.{held}{rules}</p>" + _table(["weight", "program", "tuned", "change", "kept within"], rows))
 

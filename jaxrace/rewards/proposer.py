@@ -6,7 +6,8 @@ terms certain, "win" or "overtake" the passing terms, and so on; a term the task
 is never weighted below its library weight, so "cleanly" never draws a rear-end at a
 third of the library's price, and a clipped or squashed program bounds only the terms
 the task does not name, so the bound cannot cut that price either; a program that pays
-for places and prices contacts charges at least ten places' pay for a rear-end), and writes each
+for places and prices contacts charges at least ten places' pay for a rear-end, and every program
+prices a rear-end at 1.5-3 s of its pay for progress), and writes each
 candidate as a reward program with its weights in PARAMS. It lets the reward-design
 loop run end to end with no network; the programs it writes go through the same
 compiler as an LLM's.
@@ -59,6 +60,15 @@ PROGRESS_TERMS = ("progress", "pace")
 CONTACT_TERMS = ("rear_end", "contact")
 PLACE_TERMS = ("positions", "finish")
 MIN_PLACES_PER_REAR_END = 10.0
+# ... and between these many seconds of its pay for progress at the reference speed: a program whose
+# rear-end cost 2.8 s (7.1 s, 6.4 s) of it made a car clean and slow, 1.1 s fast and dirty, 1.6 s and
+# 3.1 s fast with 1.4-1.7 contacts a race; gt_sophy's is 2.2 s (docs/headline_experiment.md). Met by
+# raising the contact terms (too cheap) or the progress term (too dear), so the other rules still hold.
+REAR_END_SECONDS = (1.5, 3.0)
+# A progress term's pay for a second at the reference speed: `pace` pays 1 a step there (10 Hz), `progress`
+# its weight a metre, at a nominal 50 m/s (the gp circuit's reference lap averages 55.6 m/s).
+NOMINAL_REFERENCE_SPEED = 50.0
+PAY_PER_SECOND = {"pace": 10.0, "progress": NOMINAL_REFERENCE_SPEED}
 STRUCTURES = {
     "sum": "weighted sum",
     "gated": "weighted sum with progress paid only on the course",
@@ -130,15 +140,35 @@ def _program(task: str, index: int, m: int, terms: list[str], structure: str, we
     return "\n".join(lines) + "\n"
 
 
+def rear_end_seconds(weights: dict[str, float]) -> float | None:
+    """What a rear-end with its contact costs in seconds of the program's pay for progress at the reference
+    speed (`PAY_PER_SECOND`); None without a contact term or a progress term."""
+    price = sum(weights.get(t, 0.0) for t in CONTACT_TERMS)
+    drive = sum(PAY_PER_SECOND[t] * weights.get(t, 0.0) for t in PROGRESS_TERMS)
+    return price / drive if price > 0.0 and drive > 0.0 else None
+
+
 def priced(weights: dict[str, float]) -> dict[str, float]:
     """`weights` with the contact terms raised in proportion, where needed, so that a rear-end with its
-    contact costs at least MIN_PLACES_PER_REAR_END places' pay; unchanged without both kinds of term."""
+    contact costs at least MIN_PLACES_PER_REAR_END places' pay, then the contact terms (too cheap) or the
+    progress term (too dear) raised so that it costs REAR_END_SECONDS of the pay for progress; a rule is
+    left out where the program lacks its kinds of term."""
+    weights = dict(weights)
+
+    def scale(kinds: tuple[str, ...], factor: float) -> None:
+        weights.update({t: w * factor for t, w in weights.items() if t in kinds})
+
+    margin = 1.002  # the program prints 4 figures (each +-5e-4)
     price = sum(weights.get(t, 0.0) for t in CONTACT_TERMS)
     pay = sum(weights.get(t, 0.0) for t in PLACE_TERMS)
-    if price <= 0.0 or pay <= 0.0 or price >= MIN_PLACES_PER_REAR_END * pay:
-        return weights
-    factor = MIN_PLACES_PER_REAR_END * pay / price * 1.002  # the program prints 4 figures (each +-5e-4)
-    return {t: w * factor if t in CONTACT_TERMS else w for t, w in weights.items()}
+    if price > 0.0 and pay > 0.0 and price < MIN_PLACES_PER_REAR_END * pay:
+        scale(CONTACT_TERMS, MIN_PLACES_PER_REAR_END * pay / price * margin)
+    seconds, (least, most) = rear_end_seconds(weights), REAR_END_SECONDS
+    if seconds is not None and seconds < least:
+        scale(CONTACT_TERMS, least / seconds * margin)
+    elif seconds is not None and seconds > most:
+        scale(PROGRESS_TERMS, seconds / most * margin)
+    return weights
 
 
 def tuning_limits(proposal: ProposedReward, task: str) -> dict[str, tuple[float | None, float | None]]:
@@ -158,6 +188,21 @@ def tuning_limits(proposal: ProposedReward, task: str) -> dict[str, tuple[float 
         if least is not None or most is not None:
             limits[f"w_{t}"] = (least, most)
     return limits
+
+
+def tuning_bands(proposal: ProposedReward) -> list:
+    """The `PriceBand`s weight tuning keeps this program in (`jaxrace.rewards.tuning.tune(bands=)`): a
+    rear-end with its contact costs REAR_END_SECONDS of the pay for progress, or no further from it than
+    the program's own price (a program written elsewhere may start outside); empty without both terms."""
+    from jaxrace.rewards.tuning import PriceBand
+
+    seconds = rear_end_seconds(proposal.weights)
+    if seconds is None:
+        return []
+    least, most = REAR_END_SECONDS
+    return [PriceBand(numerator={f"w_{t}": 1.0 for t in CONTACT_TERMS if t in proposal.weights},
+                      denominator={f"w_{t}": PAY_PER_SECOND[t] for t in PROGRESS_TERMS if t in proposal.weights},
+                      least=min(least, seconds), most=max(most, seconds))]
 
 
 def _certain_terms(task: str) -> list[str]:

@@ -20,7 +20,10 @@ default also stays within `max_factor` of it (|theta| <= log max_factor; 3, the 
 own range): with hundreds of pairs the prior alone let a place's pay grow 40-fold past a
 rear-end's price for two points of held-out accuracy, and the agent trained on it collapsed.
 `tune(limits=)` narrows a weight's range further, one side or both (the loop passes the offline
-proposer's rules for its programs: a price the task names may rise, never fall).
+proposer's rules for its programs: a price the task names may rise, never fall), and `tune(bands=)`
+keeps ratios of weighted sums in a band (`PriceBand`: a rear-end's price in seconds of the pay for
+progress, which tuning otherwise moved from 2.9 to 1.6 s on one seed and from 7.0 to 6.4 on another).
+A step that leaves a band has the weights the band names pulled back toward their defaults, which keep it.
 
 Methods, all candidates (and chains or restarts) in one jitted call:
 - "mh": random-walk Metropolis-Hastings on theta (TensorFlow Probability's kernel), many
@@ -99,6 +102,25 @@ class TuningConfig:
             problems.append("burn_in must be >= 0, min_preferences >= 1, max_change > 1 and max_factor > 1")
         if problems:
             raise ValueError("invalid tuning config: " + "; ".join(problems))
+
+
+@dataclasses.dataclass(frozen=True)
+class PriceBand:
+    """least <= sum_i numerator[i] w_i / sum_j denominator[j] w_j <= most over one candidate's weights by
+    name: what one weighted term costs in units of another (a rear-end in seconds of the pay for progress).
+    The denominator must be positive at the defaults, and the defaults' ratio inside [least, most]."""
+
+    numerator: dict[str, float]  # weight name -> coefficient
+    denominator: dict[str, float]
+    least: float
+    most: float
+
+    def ratio(self, weights: dict[str, float]) -> float:
+        top = sum(c * weights[k] for k, c in self.numerator.items())
+        return top / sum(c * weights[k] for k, c in self.denominator.items())
+
+    def as_dict(self) -> dict:
+        return dataclasses.asdict(self)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -204,6 +226,66 @@ def theta_bounds(defaults: np.ndarray, names: list[tuple[str, ...]], config: Tun
     return lower.astype(np.float32), upper.astype(np.float32)
 
 
+def band_arrays(defaults: np.ndarray, names: list[tuple[str, ...]], bands=None) -> tuple[np.ndarray, ...]:
+    """(numerator, denominator) f32[N, B, W] and (least, most) f32[N, B] of every candidate's `PriceBand`s,
+    padded with bands that always hold (B >= 1); `bands[n]` is None or a list of PriceBand for candidate n."""
+    n, w = defaults.shape
+    bands = [None] * n if bands is None else list(bands)
+    if len(bands) != n:
+        raise ValueError(f"bands has {len(bands)} entries for a bank of {n} candidates")
+    b = max([len(own or ()) for own in bands] + [1])
+    top, bottom = np.zeros((n, b, w), np.float64), np.zeros((n, b, w), np.float64)
+    least, most = np.zeros((n, b), np.float64), np.zeros((n, b), np.float64)
+    for i, own in enumerate(bands):
+        for j, band in enumerate(own or ()):
+            for side, array in ((band.numerator, top), (band.denominator, bottom)):
+                for name, coefficient in side.items():
+                    if name not in names[i]:
+                        raise ValueError(f"band for candidate {i} names {name!r}, "
+                                         f"not among its PARAMS {list(names[i])}")
+                    array[i, j, names[i].index(name)] = coefficient
+            at = dict(zip(names[i], defaults[i].tolist(), strict=False))
+            if not bottom[i, j] @ defaults[i] > 0:
+                raise ValueError(f"band {band.numerator} / {band.denominator}: the denominator must be positive at "
+                                 f"the defaults (got {bottom[i, j] @ defaults[i]:g})")
+            if not band.least <= band.most:
+                raise ValueError(f"band least {band.least:g} is above most {band.most:g}")
+            ratio = band.ratio(at)
+            if not band.least * (1 - 1e-4) <= ratio <= band.most * (1 + 1e-4):
+                raise ValueError(f"band {band.numerator} / {band.denominator} in [{band.least:g}, {band.most:g}] "
+                                 f"must hold the defaults' ratio {ratio:g}")
+            least[i, j], most[i, j] = band.least, band.most
+    return tuple(x.astype(np.float32) for x in (top, bottom, least, most))
+
+
+def in_bands(theta: jax.Array, defaults: jax.Array, mask: jax.Array, bands) -> jax.Array:
+    """Whether theta (f32[W], one candidate) keeps every band (f32[B, W] twice, f32[B] twice); bool[]."""
+    top, bottom, least, most = bands
+    w = weights_from_theta(theta, defaults) * mask
+    a, b = top @ w, bottom @ w
+    slack = 1e-5 * (jnp.abs(a) + jnp.abs(b))  # the defaults sit on an edge to rounding
+    return jnp.all((a - least * b >= -slack) & (most * b - a >= -slack))
+
+
+def into_bands(theta: jax.Array, defaults: jax.Array, mask: jax.Array, bands, iterations: int = 30) -> jax.Array:
+    """theta where it keeps the bands, else theta with the weights the bands name moved toward their defaults
+    (theta_i -> alpha theta_i, the largest alpha in [0, 1] that keeps them, by bisection; at alpha = 0 the
+    defaults' ratios hold) and the others left where they are; inside the box bounds too (they hold 0)."""
+    top, bottom, _, _ = bands
+    named = jnp.any((top != 0) | (bottom != 0), axis=0)  # [W]
+    toward = lambda alpha: jnp.where(named, alpha * theta, theta)  # noqa: E731
+    inside = lambda alpha: in_bands(toward(alpha), defaults, mask, bands)  # noqa: E731
+
+    def halve(_, interval):
+        lo, hi = interval
+        mid = 0.5 * (lo + hi)
+        ok = inside(mid)
+        return jnp.where(ok, mid, lo), jnp.where(ok, hi, mid)
+
+    lo, _ = jax.lax.fori_loop(0, iterations, halve, (jnp.zeros((), theta.dtype), jnp.ones((), theta.dtype)))
+    return jnp.where(inside(1.0), theta, toward(lo))
+
+
 def _objective(theta, returns_of, defaults, mask, data, config: TuningConfig, kind: str):
     """Log prior plus the fit term over the pairs in data['fit'] (one candidate)."""
     returns = returns_of(weights_from_theta(theta, defaults) * mask)
@@ -231,11 +313,13 @@ def heldout_figures(returns: jax.Array, data: dict, beta: float) -> tuple[jax.Ar
 # -- the fits: one candidate each, vmapped over the bank ----------------------------------------------
 
 
-def _fit_adam(key, returns_of, defaults, mask, data, config: TuningConfig, kind: str, lower, upper):
+def _fit_adam(key, returns_of, defaults, mask, data, config: TuningConfig, kind: str, lower, upper, bands):
     import optax
 
     starts = jax.random.normal(key, (config.restarts, defaults.shape[0])) * 0.5 * config.prior_scale
     starts = jnp.clip(starts.at[0].set(0.0) * mask, lower, upper)  # the first start is the defaults
+    project = lambda theta: into_bands(jnp.clip(theta, lower, upper), defaults, mask, bands)  # noqa: E731
+    starts = jax.vmap(project)(starts)
     loss = lambda theta: -_objective(theta, returns_of, defaults, mask, data, config, kind)  # noqa: E731
     optimiser = optax.adam(config.learning_rate)
     value_and_grad = jax.value_and_grad(loss)
@@ -245,7 +329,7 @@ def _fit_adam(key, returns_of, defaults, mask, data, config: TuningConfig, kind:
             theta, opt = carry
             value, grad = value_and_grad(theta)
             updates, opt = optimiser.update(grad * mask, opt)
-            return (jnp.clip(optax.apply_updates(theta, updates), lower, upper), opt), value  # projected
+            return (project(optax.apply_updates(theta, updates)), opt), value  # projected
 
         (theta, _), values = jax.lax.scan(step, (theta, optimiser.init(theta)), None, length=config.grad_steps)
         return theta, loss(theta), values
@@ -255,7 +339,7 @@ def _fit_adam(key, returns_of, defaults, mask, data, config: TuningConfig, kind:
     return {"theta": thetas[best], "curve": curves[best]}
 
 
-def _fit_mh(key, returns_of, defaults, mask, data, config: TuningConfig, lower, upper):
+def _fit_mh(key, returns_of, defaults, mask, data, config: TuningConfig, lower, upper, bands):
     """Random-walk Metropolis in two phases: burn-in with isotropic steps, then steps shaped by the burn-in's
     covariance (2.38^2 / d of it, Haario et al.'s adaptive Metropolis, frozen), which mixes along the
     correlated directions (the common scale, fixed by the prior alone) as fast as across them."""
@@ -263,6 +347,7 @@ def _fit_mh(key, returns_of, defaults, mask, data, config: TuningConfig, lower, 
 
     def target(theta):  # theta [chains, W] -> [chains]; -inf outside the bounds, so those steps are rejected
         inside = jnp.all((theta >= lower) & (theta <= upper), axis=-1)
+        inside &= jax.vmap(lambda t: in_bands(t, defaults, mask, bands))(theta)
         value = jax.vmap(lambda t: _objective(t, returns_of, defaults, mask, data, config, "mh"))(theta)
         return jnp.where(inside, value, -jnp.inf)
 
@@ -278,6 +363,7 @@ def _fit_mh(key, returns_of, defaults, mask, data, config: TuningConfig, lower, 
     free = mask * (upper > lower)  # a weight pinned by its limits (lower == upper == 0) never steps
     start = jax.random.normal(k_start, (config.chains, defaults.shape[0])) * 0.5 * config.prior_scale * free
     start = jnp.clip(start, 0.9 * lower, 0.9 * upper)  # (lower <= 0 <= upper)
+    start = jax.vmap(lambda t: into_bands(t, defaults, mask, bands))(start)
     dims = jnp.maximum(jnp.sum(free), 1.0)
     isotropic = jnp.diag(config.step_size * free)
     burn_in = max(config.burn_in, 2)
@@ -302,16 +388,17 @@ def _returns_linear(model, w):
 
 
 @functools.partial(jit, static_argnames=("config", "exact", "bank"))
-def _fit_all(keys, defaults, mask, lower, upper, model, data, config: TuningConfig, exact: tuple[int, ...] = (),
-             bank: RewardBank | None = None, clips: Clip | None = None):
+def _fit_all(keys, defaults, mask, lower, upper, bands, model, data, config: TuningConfig,
+             exact: tuple[int, ...] = (), bank: RewardBank | None = None, clips: Clip | None = None):
     """Every candidate in one call: those linear in their weights vmapped over `model` ([N, ...]); those in
     `exact` (static indices into `bank`) each evaluating its own program on `clips` at every step."""
 
-    def one(key, w0, m, lo, hi, returns_of):
+    def one(key, w0, m, lo, hi, band, returns_of):
         if config.method == "mh":
-            out = _fit_mh(key, returns_of, w0, m, data, config, lo, hi)
+            out = _fit_mh(key, returns_of, w0, m, data, config, lo, hi, band)
+            out["theta"] = into_bands(out["theta"], w0, m, band)  # the chains' mean of a band's inside may not be
         else:
-            out = _fit_adam(key, returns_of, w0, m, data, config, config.method, lo, hi)
+            out = _fit_adam(key, returns_of, w0, m, data, config, config.method, lo, hi, band)
         before = heldout_figures(returns_of(w0), data, config.beta)
         after = heldout_figures(returns_of(weights_from_theta(out["theta"], w0) * m), data, config.beta)
         return out | {"before": before, "after": after}
@@ -321,15 +408,16 @@ def _fit_all(keys, defaults, mask, lower, upper, model, data, config: TuningConf
     results = {}
     if linear:
         idx = jnp.asarray(linear)
-        batched = jax.vmap(lambda k, w0, m, lo, hi, part: one(k, w0, m, lo, hi,
-                                                              functools.partial(_returns_linear, part)))(
-            keys[idx], defaults[idx], mask[idx], lower[idx], upper[idx], jax.tree.map(lambda x: x[idx], model))
+        batched = jax.vmap(lambda k, w0, m, lo, hi, band, part: one(k, w0, m, lo, hi, band,
+                                                                    functools.partial(_returns_linear, part)))(
+            keys[idx], defaults[idx], mask[idx], lower[idx], upper[idx], tuple(b[idx] for b in bands),
+            jax.tree.map(lambda x: x[idx], model))
         results |= {i: jax.tree.map(lambda x, j=j: x[j], batched) for j, i in enumerate(linear)}
     for i in exact:
         own = RewardBank.from_compiled([bank.rewards[i]])
         width = len(bank.rewards[i].params)
         returns_of = lambda w, own=own, width=width: clip_returns(own, clips, w[None, :width])[0]  # noqa: E731
-        results[i] = one(keys[i], defaults[i], mask[i], lower[i], upper[i], returns_of)
+        results[i] = one(keys[i], defaults[i], mask[i], lower[i], upper[i], tuple(b[i] for b in bands), returns_of)
     return jax.tree.map(lambda *xs: jnp.stack(xs), *[results[i] for i in range(n)])
 
 
@@ -386,7 +474,7 @@ def _returns_and_jacobian(bank: RewardBank, clips: Clip, defaults, probes):
 
 def fit_returns(model: dict | None, defaults, mask, first, second, labels, config: TuningConfig, *,
                 exact=(), bank: RewardBank | None = None, clips: Clip | None = None, ids=None,
-                bounds: tuple | None = None) -> dict:
+                bounds: tuple | None = None, bands: tuple | None = None) -> dict:
     """The jitted fit of every candidate, on returns of K clips and pairs of them (numpy results).
 
     Args:
@@ -399,6 +487,7 @@ def fit_returns(model: dict | None, defaults, mask, first, second, labels, confi
         ids: i32[N] names the candidates' random streams (default 0..N-1), so a candidate draws the
             same numbers whichever bank it is tuned in.
         bounds: (lower, upper) f32[N, W] on theta (`theta_bounds`; default +-log max_factor).
+        bands: (numerator, denominator, least, most) from `band_arrays` (default: none).
 
     Returns:
         {"theta": [N, W], "before"/"after": (held-out accuracy [N], log-likelihood [N]), "fit"/"held":
@@ -419,13 +508,16 @@ def fit_returns(model: dict | None, defaults, mask, first, second, labels, confi
         limit = theta_limit(defaults, config)
         bounds = (-limit, limit)
     lower, upper = (jnp.asarray(b, jnp.float32) for b in bounds)
-    out = _fit_all(keys, defaults, jnp.asarray(mask, jnp.float32), lower, upper, model, data, config,
+    if bands is None:
+        bands = band_arrays(np.asarray(defaults), [()] * defaults.shape[0])
+    bands = tuple(jnp.asarray(b, jnp.float32) for b in bands)
+    out = _fit_all(keys, defaults, jnp.asarray(mask, jnp.float32), lower, upper, bands, model, data, config,
                    exact=exact, bank=bank if exact else None, clips=clips if exact else None)
     return jax.device_get(out) | {"fit": fit, "held": held}
 
 
 def tune(bank: RewardBank, first: Clip, second: Clip, labels, config: TuningConfig = TuningConfig(),
-         limits=None) -> TuningResult:
+         limits=None, bands=None) -> TuningResult:
     """Tunes every candidate's PARAMS against labelled pairs (first[p] vs second[p]).
 
     Args:
@@ -433,6 +525,7 @@ def tune(bank: RewardBank, first: Clip, second: Clip, labels, config: TuningConf
         labels: f32[P]: +1 first preferred, -1 second, 0 tie, NaN skip.
         limits: None, or per candidate None or {weight name: (least, most)}: ranges its weights keep
             besides `max_factor` (for example a price the task names that may rise but never fall).
+        bands: None, or per candidate None or a list of `PriceBand`: ratios of its weights kept in a band.
     """
     labels = np.asarray(labels, np.float32)
     if labels.ndim != 1 or first.valid.shape[0] != labels.shape[0] or second.valid.shape[0] != labels.shape[0]:
@@ -444,6 +537,7 @@ def tune(bank: RewardBank, first: Clip, second: Clip, labels, config: TuningConf
     for n, own in enumerate(names):
         mask[n, :len(own)] = 1.0
     bounds = theta_bounds(defaults, names, config, limits)
+    band = band_arrays(defaults, names, bands)
     fit, held = split_pairs(labels, config.holdout, config.seed)
     clips, first_index, second_index = unique_clips(first, second)
     t0 = time.perf_counter()
@@ -452,8 +546,8 @@ def tune(bank: RewardBank, first: Clip, second: Clip, labels, config: TuningConf
     if bank.num_params > 0 and fit.sum() >= config.min_preferences:
         affine, holds = linear_model(bank, clips, jax.random.fold_in(jax.random.key(config.seed), 1))
         ids = [zlib.crc32(r.name.encode()) & 0x7FFFFFFF for r in bank.rewards]
-        result = fit_returns(affine, defaults, mask, first_index, second_index, labels,
-                             config, exact=np.flatnonzero(~holds), bank=bank, clips=clips, ids=ids, bounds=bounds)
+        result = fit_returns(affine, defaults, mask, first_index, second_index, labels, config,
+                             exact=np.flatnonzero(~holds), bank=bank, clips=clips, ids=ids, bounds=bounds, bands=band)
     seconds = time.perf_counter() - t0
 
     out, matrix = [], defaults.copy()

@@ -56,21 +56,25 @@ def test_the_tuned_best_joins_the_next_iteration_beside_the_best(tmp_path):
 def test_an_offline_proposal_is_tuned_within_the_proposers_limits(tmp_path, monkeypatch):
     """The offline proposer's program for a clean race keeps its rules through the loop's tuning: the
     limits are recorded, and no tuned weight leaves them (a named price never falls, a place's pay never
-    rises), whatever the labels pull toward."""
+    rises, a rear-end keeps 1.5-3 s of the pay for progress), whatever the labels pull toward."""
     import jaxrace.rewards.tuning as tuning
     from jaxrace.rewards import propose
-    from jaxrace.rewards.proposer import parse_proposal, tuning_limits
+    from jaxrace.rewards.proposer import parse_proposal, tuning_bands, tuning_limits
 
     handed = []
     real_tune = tuning.tune
-    monkeypatch.setattr(tuning, "tune", lambda *a, **kw: handed.append(kw.get("limits")) or real_tune(*a, **kw))
+    monkeypatch.setattr(tuning, "tune", lambda *a, **kw: handed.append((kw.get("limits"), kw.get("bands")))
+                        or real_tune(*a, **kw))
     task = "win the race cleanly from the back of the grid"
     proposal = next(p for p in propose(task, 6, jax.random.key(0)) if p.structure in ("sum", "gated"))
     loop, run = tuned_in_a_loop(tmp_path, proposal.source, task=task)
     record = run.read_json("iter1/tune.json")
     limits = tuning_limits(parse_proposal(proposal.source), task)
     assert record["limits"] == {k: list(v) for k, v in limits.items()}
-    assert handed == [[limits]]  # what the tuner was given, not only what the record says
+    bands = tuning_bands(parse_proposal(proposal.source))
+    assert len(bands) == 1 and record["bands"] == [b.as_dict() for b in bands]
+    assert handed == [([limits], [bands])]  # what the tuner was given, not only what the record says
+    assert bands[0].least * (1 - 1e-4) <= bands[0].ratio(record["params"]) <= bands[0].most * (1 + 1e-4)
     assert {"w_rear_end", "w_contact", "w_positions"} <= set(limits)
     for name, (least, most) in limits.items():
         w = record["params"][name]
@@ -85,3 +89,4 @@ def test_an_offline_proposal_is_tuned_within_the_proposers_limits(tmp_path, monk
     assert f"<td>w_rear_end</td><td>{least:.4g}</td>" in html and f"at least {least:.4g}" in html
     low, high = limits["w_positions"]  # named by the task (at least the library's 5) and paying a place
     assert f"{low:.4g} to {high:.4g}" in html
+    assert "w_rear_end + w_contact kept within 1.5-3 times" in html

@@ -129,13 +129,69 @@ def test_a_rear_end_costs_at_least_ten_places_pay_in_every_program_that_has_both
             assert price >= MIN_PLACES_PER_REAR_END * pay, p.source
             raised += price > 1.01 * MIN_PLACES_PER_REAR_END * pay  # most draws meet it as drawn
     assert raised > 0
-    # exact: raised in proportion, the rest untouched; and nothing to do without both kinds of term
+    # exact: raised in proportion, the rest untouched but for the pace, which the price in seconds then needs
+    # (210.4 against 40 a second: 5.3 s, so the pace is raised to 3 s); nothing to do without both kinds of term
     assert priced({"pace": 4.0, "positions": 5.0, "finish": 16.0, "rear_end": 150.0, "contact": 50.0}) == pytest.approx(
-        {"pace": 4.0, "positions": 5.0, "finish": 16.0, "rear_end": 150.0 * 1.05 * 1.002,
-         "contact": 50.0 * 1.05 * 1.002})
+        {"pace": 4.0 * 210.0 * 1.002 / 120.0 * 1.002, "positions": 5.0, "finish": 16.0,
+         "rear_end": 150.0 * 1.05 * 1.002, "contact": 50.0 * 1.05 * 1.002})
     assert priced({"pace": 4.0, "positions": 50.0}) == {"pace": 4.0, "positions": 50.0}
     assert priced({"rear_end": 100.0, "contact": 10.0, "positions": 5.0}) == {"rear_end": 100.0, "contact": 10.0,
                                                                               "positions": 5.0}
+
+
+def test_every_program_prices_a_rear_end_at_1_5_to_3_seconds_of_its_pay_for_progress():
+    """Fresh or mutated (from a parent whose rear-end cost 7 s of its pace and one whose cost 0.5 s), as
+    written in its PARAMS, a program with a contact term prices a rear-end with its contact within
+    REAR_END_SECONDS of its pay for progress at the reference speed; too dear raises the pay for progress,
+    too cheap the contacts, and the ten places' rule still holds."""
+    from jaxrace.rewards.proposer import (
+        MIN_PLACES_PER_REAR_END,
+        REAR_END_SECONDS,
+        parse_proposal,
+        priced,
+        rear_end_seconds,
+    )
+
+    parent = propose(TASK, 1, jax.random.key(4))[0]
+    dear = dataclasses.replace(parent, terms=("pace", "rear_end", "contact", "positions"),
+                               weights={"pace": 2.9, "rear_end": 179.0, "contact": 25.0, "positions": 5.0})
+    cheap = dataclasses.replace(dear, weights={"pace": 20.0, "rear_end": 90.0, "contact": 10.0, "positions": 5.0})
+    proposals = [p for k in range(8) for p in propose(TASK, 6, jax.random.key(k))]
+    proposals += propose(TASK, 6, jax.random.key(5), parents=(dear, cheap))
+    least, most = REAR_END_SECONDS
+    seen = []
+    for p in proposals:
+        w = parse_proposal(p.source).weights
+        seconds = rear_end_seconds(w)
+        assert seconds is not None, p.source  # the task names the contacts: every program prices them
+        assert least <= seconds <= most, (seconds, p.source)
+        if "positions" in w or "finish" in w:
+            assert w["rear_end"] + w["contact"] >= MIN_PLACES_PER_REAR_END * (w.get("positions", 0.0)
+                                                                              + w.get("finish", 0.0))
+        seen.append(seconds)
+    assert max(seen) > 2.9 and min(seen) < 1.6  # both edges are met
+    # exact: the pace raised to 3 s (7.0 s drawn), the contacts raised to 1.5 s (0.5 s drawn)
+    assert rear_end_seconds(dear.weights) == pytest.approx(204.0 / 29.0)
+    assert priced(dear.weights) == pytest.approx(dear.weights | {"pace": 2.9 * (204.0 / 29.0) / 3.0 * 1.002})
+    assert priced(cheap.weights) == pytest.approx(cheap.weights | {"rear_end": 90.0 * 3.0 * 1.002,
+                                                                   "contact": 10.0 * 3.0 * 1.002})
+    assert rear_end_seconds({"progress": 1.0, "rear_end": 100.0, "contact": 10.0}) == pytest.approx(2.2)  # gt_sophy
+    assert rear_end_seconds({"progress": 1.0, "positions": 5.0}) is None
+
+
+def test_the_proposers_tuning_band_holds_a_rear_ends_price_in_seconds():
+    from jaxrace.rewards.proposer import parse_proposal, tuning_bands
+
+    p = parse_proposal(next(p for p in propose(TASK, 6, jax.random.key(0)) if "pace" in p.terms).source)
+    (band,) = tuning_bands(p)
+    assert band.numerator == {"w_rear_end": 1.0, "w_contact": 1.0} and band.denominator == {"w_pace": 10.0}
+    assert (band.least, band.most) == (1.5, 3.0)
+    assert 1.5 <= band.ratio({f"w_{t}": w for t, w in p.weights.items()}) <= 3.0
+    # a program written elsewhere at 7 s may not go dearer, nor cheaper than 1.5 s
+    outside = dataclasses.replace(p, weights={"pace": 2.9, "rear_end": 179.0, "contact": 25.0})
+    (band,) = tuning_bands(outside)
+    assert band.least == 1.5 and band.most == pytest.approx(204.0 / 29.0)
+    assert tuning_bands(dataclasses.replace(p, weights={"pace": 4.0, "positions": 5.0})) == []
 
 
 def test_at_the_far_corner_of_the_proposers_tuning_limits_its_rules_still_hold():

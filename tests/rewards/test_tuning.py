@@ -6,7 +6,15 @@ import numpy as np
 import pytest
 from tuning_data import LINEAR, racing_clips
 
-from jaxrace.rewards.tuning import TuningConfig, fit_returns, pair_loglik, split_pairs, theta_bounds
+from jaxrace.rewards.tuning import (
+    PriceBand,
+    TuningConfig,
+    band_arrays,
+    fit_returns,
+    pair_loglik,
+    split_pairs,
+    theta_bounds,
+)
 
 TRUE = np.array([1.0, 4.0, -2.0])
 
@@ -79,6 +87,39 @@ def test_limits_keep_a_weight_in_its_range_and_the_rest_still_fit(method):
                                 [{"a": (-3.0, -1.0), "b": (0.0, 5.0), "c": (-0.5, 0.25)}])
     np.testing.assert_allclose(lower[0], [math.log(0.5), -math.log(3.0), -0.5], rtol=1e-6)
     np.testing.assert_allclose(upper[0], [math.log(1.5), math.log(1.25), 0.25], rtol=1e-6)
+
+
+@pytest.mark.parametrize("method", ["grad", "mh"])
+def test_a_price_band_keeps_a_ratio_of_weights_where_the_fit_would_leave_it(method):
+    """The answer wants b / a at 4 (the defaults have 0.4); a band holds b / 2a in [0.1, 0.5], so b / a ends
+    at most 1.0 and close to it, where without the band it passes 1.0; c, outside the band, fits what the
+    band leaves."""
+    model, defaults, mask, first, second, labels = synthetic_problem()
+    config = TuningConfig(method=method, beta=2.0, max_factor=math.inf)
+    names = [("a", "b", "c")]
+    band = PriceBand(numerator={"b": 1.0}, denominator={"a": 2.0}, least=0.1, most=0.5)
+    assert band.ratio({"a": 1.0, "b": 0.4}) == pytest.approx(0.2)
+    free = fit_returns(model, defaults, mask, first, second, labels, config)
+    w = defaults[0] * np.exp(free["theta"][0])
+    assert w[1] / w[0] > 2.0, w
+    bands = band_arrays(defaults, names, [[band]])
+    out = fit_returns(model, defaults, mask, first, second, labels, config, bands=bands)
+    w = defaults[0] * np.exp(out["theta"][0])
+    assert 0.8 < w[1] / w[0] <= 1.0 * (1 + 1e-4), w
+    # c still fits: the best direction with b = a is (1, 1, c) nearest (1, 4, -2), where c = -0.8
+    assert w[2] / w[0] == pytest.approx(-0.8, rel=0.2), w
+    top, bottom, least, most = band_arrays(defaults, names, [[band]])
+    np.testing.assert_array_equal(top[0, 0], [0.0, 1.0, 0.0])
+    np.testing.assert_array_equal(bottom[0, 0], [2.0, 0.0, 0.0])
+    assert (least[0, 0], most[0, 0]) == (np.float32(0.1), np.float32(0.5))
+    for bad, message in ((PriceBand({"d": 1.0}, {"a": 1.0}, 0.1, 0.5), "not among its PARAMS"),
+                         (PriceBand({"b": 1.0}, {"a": 1.0}, 0.5, 1.0), "must hold the defaults' ratio 0.4"),
+                         (PriceBand({"b": 1.0}, {"c": 1.0}, -1.0, 1.0), "denominator must be positive"),
+                         (PriceBand({"b": 1.0}, {"a": 1.0}, 0.5, 0.1), "above most")):
+        with pytest.raises(ValueError, match=message):
+            band_arrays(defaults, names, [[bad]])
+    with pytest.raises(ValueError, match="1 candidates"):
+        band_arrays(defaults, names, [None, None])
 
 
 def test_metropolis_hastings_moves_the_free_weights_when_one_is_pinned():
