@@ -148,11 +148,15 @@ def rear_end_seconds(weights: dict[str, float]) -> float | None:
     return price / drive if price > 0.0 and drive > 0.0 else None
 
 
-def priced(weights: dict[str, float]) -> dict[str, float]:
+def priced(weights: dict[str, float], seconds: float | None = None) -> dict[str, float]:
     """`weights` with the contact terms raised in proportion, where needed, so that a rear-end with its
     contact costs at least MIN_PLACES_PER_REAR_END places' pay, then the contact terms (too cheap) or the
-    progress term (too dear) raised so that it costs REAR_END_SECONDS of the pay for progress; a rule is
-    left out where the program lacks its kinds of term."""
+    progress term (too dear) raised so that it costs REAR_END_SECONDS of the pay for progress, or `seconds`
+    of it exactly where given (within REAR_END_SECONDS); a rule is left out where the program lacks its
+    kinds of term."""
+    least, most = REAR_END_SECONDS
+    if seconds is not None and not least <= seconds <= most:
+        raise ValueError(f"a rear-end's price of {seconds:g} s is outside REAR_END_SECONDS {REAR_END_SECONDS}")
     weights = dict(weights)
 
     def scale(kinds: tuple[str, ...], factor: float) -> None:
@@ -163,11 +167,16 @@ def priced(weights: dict[str, float]) -> dict[str, float]:
     pay = sum(weights.get(t, 0.0) for t in PLACE_TERMS)
     if price > 0.0 and pay > 0.0 and price < MIN_PLACES_PER_REAR_END * pay:
         scale(CONTACT_TERMS, MIN_PLACES_PER_REAR_END * pay / price * margin)
-    seconds, (least, most) = rear_end_seconds(weights), REAR_END_SECONDS
-    if seconds is not None and seconds < least:
-        scale(CONTACT_TERMS, least / seconds * margin)
-    elif seconds is not None and seconds > most:
-        scale(PROGRESS_TERMS, seconds / most * margin)
+    drawn = rear_end_seconds(weights)
+    if drawn is None:
+        return weights
+    least, most = least * margin, most / margin  # a hair inside, so the printed program keeps the band
+    if seconds is not None:
+        least = most = min(max(seconds, least), most)
+    if drawn < least:
+        scale(CONTACT_TERMS, least / drawn)
+    elif drawn > most:
+        scale(PROGRESS_TERMS, drawn / most)
     return weights
 
 
@@ -222,7 +231,11 @@ def _fresh(rng: np.random.Generator, certain: list[str]) -> tuple[list[str], str
     # contact terms are raised where the price rule needs it)
     weights = {t: float(TERMS[t][1] * np.exp(rng.uniform(0.0 if t in certain else np.log(0.3), np.log(3.0))))
                for t in terms}
-    return terms, structure, priced(weights), float(rng.uniform(5.0, 30.0))
+    cap = float(rng.uniform(5.0, 30.0))
+    # a rear-end's price in seconds is drawn log-uniform within REAR_END_SECONDS: left to the weights'
+    # draws, 11 of 14 fresh programs fell dearer than the band and were all raised to its ceiling
+    seconds = float(np.exp(rng.uniform(*np.log(REAR_END_SECONDS))))
+    return terms, structure, priced(weights, seconds), cap
 
 
 def _mutant(rng: np.random.Generator, parent: ProposedReward,

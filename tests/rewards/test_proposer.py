@@ -1,6 +1,7 @@
 import dataclasses
 
 import jax
+import numpy as np
 import pytest
 
 from jaxrace.rewards import RewardBank, compile_reward, propose
@@ -177,6 +178,26 @@ def test_every_program_prices_a_rear_end_at_1_5_to_3_seconds_of_its_pay_for_prog
                                                                    "contact": 10.0 * 3.0 * 1.002})
     assert rear_end_seconds({"progress": 1.0, "rear_end": 100.0, "contact": 10.0}) == pytest.approx(2.2)  # gt_sophy
     assert rear_end_seconds({"progress": 1.0, "positions": 5.0}) is None
+
+
+def test_a_fresh_programs_price_is_drawn_across_the_band_not_clamped_to_its_edges():
+    """A fresh program's price in seconds is drawn within REAR_END_SECONDS and met exactly, by raising
+    the contacts (drawn cheaper) or the pay for progress (drawn dearer); a target outside is refused."""
+    from jaxrace.rewards.proposer import REAR_END_SECONDS, parse_proposal, priced, rear_end_seconds
+
+    fresh = [rear_end_seconds(parse_proposal(p.source).weights)
+             for k in range(8) for p in propose(TASK, 6, jax.random.key(k))]  # no parents: all fresh
+    least, most = REAR_END_SECONDS
+    at_an_edge = [s for s in fresh if s < least * 1.01 or s > most / 1.01]
+    assert len(fresh) == 48 and len(at_an_edge) <= 6, sorted(fresh)
+    assert np.median(fresh) == pytest.approx(np.sqrt(least * most), rel=0.15)
+    w = {"pace": 2.9, "rear_end": 179.0, "contact": 25.0, "positions": 5.0}  # 7.0 s drawn
+    assert priced(w, 2.0) == pytest.approx(w | {"pace": 2.9 * (204.0 / 29.0) / 2.0})
+    assert priced(w | {"pace": 20.0}, 2.0) == pytest.approx(w | {"pace": 20.0, "rear_end": 179.0 * 400.0 / 204.0,
+                                                                 "contact": 25.0 * 400.0 / 204.0})
+    assert rear_end_seconds(priced(w, 1.5)) == pytest.approx(1.5 * 1.002)  # a hair inside at an edge
+    with pytest.raises(ValueError, match="outside REAR_END_SECONDS"):
+        priced(w, 3.5)
 
 
 def test_the_proposers_tuning_band_holds_a_rear_ends_price_in_seconds():
