@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import datetime
 import json
 import os
@@ -51,3 +52,15 @@ def print_table(headers: list[str], rows: list[list]) -> None:
     print("|" + "|".join("---" for _ in headers) + "|")
     for row in rows:
         print("| " + " | ".join(str(x) for x in row) + " |")
+
+
+def run_dirs(description: str, needs: tuple[str, ...] = ("config.json", "preferences.sqlite")) -> list[Path]:
+    """The `jaxrace design` run directories named on the command line, each checked for the files in `needs`."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("runs", nargs="+", type=Path)
+    runs = parser.parse_args().runs
+    for run in runs:
+        missing = [f for f in needs if not (run / f).is_file()]
+        if missing:
+            raise SystemExit(f"{run}: no {' or '.join(missing)}; pass jaxrace design run directories")
+    return runs

@@ -15,7 +15,6 @@ training. Writes results/judge_rescore.json.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import dataclasses
 import json
@@ -24,7 +23,7 @@ from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
-from common import print_table, write_results
+from common import print_table, run_dirs, write_results
 
 from jaxrace.judges import TaskScoring
 
@@ -59,14 +58,8 @@ def clip_scores(run: Path, scoring: TaskScoring) -> dict[int, dict[str, float]]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("runs", nargs="+", type=Path)
-    args = parser.parse_args()
     rows, table = [], []
-    for run in args.runs:
-        missing = [f for f in ("config.json", "preferences.sqlite") if not (run / f).is_file()]
-        if missing:
-            raise SystemExit(f"{run}: no {' or '.join(missing)}; pass jaxrace design run directories")
+    for run in run_dirs(__doc__.splitlines()[0]):
         task = json.loads((run / "config.json").read_text())["task"]
         for name, scoring in variants(task).items():
             for k, scores in sorted(clip_scores(run, scoring).items()):

@@ -13,14 +13,13 @@ contacts cheap. Host-side only, no training. Writes results/preference_contacts.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import sqlite3
 from collections import Counter
 from pathlib import Path
 
-from common import print_table, write_results
+from common import print_table, run_dirs, write_results
 
 
 def counts(store: Path) -> dict[str, Counter]:
@@ -41,15 +40,9 @@ def counts(store: Path) -> dict[str, Counter]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("runs", nargs="+", type=Path)
-    args = parser.parse_args()
     rows, table = [], []
-    for run in args.runs:
-        store = run / "preferences.sqlite"
-        if not store.is_file():
-            raise SystemExit(f"{run}: no preferences.sqlite; pass jaxrace design run directories")
-        for source, c in counts(store).items():
+    for run in run_dirs(__doc__.splitlines()[0], needs=("preferences.sqlite",)):
+        for source, c in counts(run / "preferences.sqlite").items():
             rows.append({"name": f"{run.name}: {source}: decided pairs whose preferred clip had more at-fault "
                                  "contacts", "value": c["more"], "unit": "pairs", "pairs": c["pairs"],
                          "fewer": c["fewer"], "same": c["same"], "more_and_further": c["more_and_further"]})
