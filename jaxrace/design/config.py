@@ -21,7 +21,7 @@ OPERATIONAL = ("judge_host", "judge_port", "judge_timeout_s")
 PREDATED_VALUES = {"lane_headway": False, "offtrack_start_prob": 0.0, "keep_best_average": 1,
                    "clip_finish": False, "judge_standing": False,
                    "judge_standing_at": "end", "clip_whole_race": False, "final_candidates": 1, "final_seeds": 1,
-                   "final_baselines": LIBRARY_BASELINES}
+                   "final_baselines": LIBRARY_BASELINES, "bootstrap_careless": 0.0}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -198,6 +198,9 @@ class DesignConfig:
     # TAC
     tac_min_preferences: int = 20
     bootstrap_races: int = 8
+    # the share of bootstrap races whose AI ego drives blind to the other cars (so runs into them):
+    # preferences that price an at-fault contact against the places it gains
+    bootstrap_careless: float = 0.5
 
     def __post_init__(self):
         problems = []
@@ -212,6 +215,9 @@ class DesignConfig:
                   "judge_port", "judge_timeout_s", "traffic_start_gap", "keep_best_every", "clip_finish_after_s",
                   "pretrain_epochs", "start_hold_epochs")
         problems += [f"{k} must be at least 0 (got {getattr(self, k)})" for k in nonneg if getattr(self, k) < 0]
+        if not 0.0 <= self.bootstrap_careless <= 1.0:
+            problems.append(f"bootstrap_careless is a share of the bootstrap races, in [0, 1] "
+                            f"(got {self.bootstrap_careless})")
         if self.n > self.m:
             problems.append(f"n (trained per iteration, {self.n}) cannot exceed m (generated, {self.m})")
         if self.final_candidates > self.n:

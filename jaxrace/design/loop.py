@@ -334,22 +334,31 @@ class Loop:
     # -- stages ----------------------------------------------------------------------------------------
 
     def bootstrap(self) -> None:
-        """Preferences before any agent exists: the built-in AI driving the ego car with varied skill."""
+        """Preferences before any agent exists: the built-in AI driving the ego car with varied skill,
+        in `bootstrap_careless` of the races blind to the other cars (the AI field never runs into a
+        car, so without those the store would hold no at-fault contact to price)."""
         from jaxrace.envs.rollouts import trajectory_with_actions
 
         c, e = self.config, self.envs
         races = c.bootstrap_races
         k_style, k_race = jax.random.split(stage_key(c, "bootstrap"))
-        ego_skill = np.asarray(jax.random.uniform(k_style, (races,), minval=0.6, maxval=1.0))
+        careless = np.asarray(jax.random.permutation(jax.random.fold_in(k_style, 2),
+                                                     np.arange(races) < round(c.bootstrap_careless * races)))
+        # a blind driver slower than the field never reaches it after the start: it drives at least
+        # about as fast (at skill 0.9, 0.85-1; a seeing one 0.6-1)
+        floor = np.where(careless, max(0.6, min(c.ai_skill, 1.0) - 0.05), 0.6)
+        ego_skill = floor + (1.0 - floor) * np.asarray(jax.random.uniform(k_style, (races,)))
         ego_aggression = np.asarray(jax.random.uniform(jax.random.fold_in(k_style, 1), (races,)))
         params = jax.vmap(lambda s, a: e.race_params.replace(skill=e.race_params.skill.at[0].set(s),
                                                              aggression=e.race_params.aggression.at[0].set(a)))(
             jnp.asarray(ego_skill), jnp.asarray(ego_aggression))
         keys = jax.random.split(k_race, races)
         with self.display.task("bootstrap: AI races", total=None):
-            states, actions = jit(jax.vmap(lambda p, key: trajectory_with_actions(e.race_env, p, key, e.race_steps)),
-                                  renders=e.race_env.static.pixels)(params, keys)
-        names = [f"ai(skill={s:.2f}, aggression={a:.2f})" for s, a in zip(ego_skill, ego_aggression, strict=True)]
+            states, actions = jit(jax.vmap(lambda p, key, blind: trajectory_with_actions(
+                e.race_env, p, key, e.race_steps, ai_sees_traffic=~blind)),
+                renders=e.race_env.static.pixels)(params, keys, jnp.asarray(careless))
+        names = [f"ai(skill={s:.2f}, aggression={a:.2f}{', blind' if b else ''})"
+                 for s, a, b in zip(ego_skill, ego_aggression, careless, strict=True)]
         clip_ids = self._store_clips("bootstrap", 0, names, [0] * races, list(range(races)), states, actions,
                                      same_race=False)
         pairs = []
@@ -358,7 +367,7 @@ class Loop:
                 pairs.append((f"bootstrap/slot{slot}/{a}~{b}", clip_ids[(a, 0, slot)], clip_ids[(b, 0, slot)]))
         self._judge(0, pairs, "bootstrap")
         self.run.write_json("bootstrap/races.json", {"names": names, "skill": ego_skill, "aggression": ego_aggression,
-                                                     "pairs": len(pairs)})
+                                                     "blind": careless, "pairs": len(pairs)})
 
     @property
     def record(self):

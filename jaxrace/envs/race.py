@@ -323,10 +323,16 @@ class RaceEnv:
         obs = observation(s, next_state, params, ts)
         return obs, next_state, reward, terminated, truncated, info
 
-    def ai_action(self, state: EnvState, params: EnvParams) -> jax.Array:
-        """The built-in AI's action f32[2] for the ego car: a baseline policy."""
+    def ai_action(self, state: EnvState, params: EnvParams, sees_traffic: jax.Array | bool = True) -> jax.Array:
+        """The built-in AI's action f32[2] for the ego car: a baseline policy.
+
+        `sees_traffic` False (bool[] or a Python bool): the ego drives as if alone on the track,
+        so it runs into the cars ahead of it (a careless driver, for preferences with contacts).
+        """
         ts = track_slice(params.tracks, state.track_index)
         car = params.car.scaled(params.mass_scale, params.power_scale, params.grip_scale)
+        alone = state.active & (jnp.arange(state.active.shape[-1]) == 0)
+        state = state.replace(active=jnp.where(sees_traffic, state.active, alone))
         return self._ai(state, params, ts, car)[0][0]
 
     def _ai(self, state, params, ts, car):

@@ -79,18 +79,19 @@ def trajectory(env: RaceEnv, params: EnvParams, key: jax.Array, num_steps: int, 
 
 
 def trajectory_with_actions(env: RaceEnv, params: EnvParams, key: jax.Array, num_steps: int, policy=None,
-                            policy_carry=None) -> tuple[EnvState, jax.Array]:
+                            policy_carry=None, ai_sees_traffic: jax.Array | bool = True) -> tuple[EnvState, jax.Array]:
     """`trajectory` and the ego car's actions: (EnvState [num_steps + 1], f32[num_steps, 2]).
 
     The actions are as the policy gave them (before the env sanitises them), which is
-    what a reward program sees as `action`.
+    what a reward program sees as `action`. Without a policy the AI drives the ego car,
+    blind to the other cars where `ai_sees_traffic` is False.
     """
     obs, state = env.reset(key, params)
 
     def body(carry, step_key):
         obs, state, memory = carry
         if policy is None:
-            action = env.ai_action(state, params)
+            action = env.ai_action(state, params, ai_sees_traffic)
         elif policy_carry is None:
             action = policy(obs)
         else:

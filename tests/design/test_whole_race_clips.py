@@ -71,3 +71,25 @@ def test_a_run_made_before_whole_race_clips_resumes_only_with_the_clips_it_store
         RunDir.open(tmp_path / "run", whole)
     assert "default has changed" not in str(e.value)  # it has not: no hint to put it in a TOML file
     assert RunDir.open(tmp_path / "run", quick).config() == quick
+
+
+def test_a_blind_ai_ego_runs_into_cars_in_the_bootstrap_and_a_seeing_one_does_not(tmp_path):
+    """`bootstrap_careless`: that share of the bootstrap's races has the AI ego blind to traffic, so the
+    store holds at-fault contacts for TAC and weight tuning to price; the seeing AI causes none."""
+    with pytest.raises(ValueError, match=r"bootstrap_careless is a share of the bootstrap races, in \[0, 1\] "
+                                         r"\(got 1.5\)"):
+        load_config("quick", bootstrap_careless=1.5)
+    config = load_config("quick", clip_whole_race=True, clips_per_race=1, bootstrap_races=6, bootstrap_careless=0.5,
+                         track="gp", opponents=7)
+    loop = Loop(config, RunDir.open(tmp_path / "run", config), Display(quiet=True))
+    loop.bootstrap()
+    races = loop.run.read_json("bootstrap/races.json")
+    assert sum(races["blind"]) == 3 and len(races["blind"]) == 6
+    clips = loop.store.clips()
+    assert [c.candidate.endswith(", blind)") for c in clips] == races["blind"]
+    blind = [c.metrics["at_fault_contacts"] for c, b in zip(clips, races["blind"], strict=True) if b]
+    seeing = [c.metrics["at_fault_contacts"] for c, b in zip(clips, races["blind"], strict=True) if not b]
+    assert seeing == [0, 0, 0] and min(blind) >= 1, (blind, seeing)
+    # a blind ego drives at least about as fast as the field (skill 0.9 here), or it would never reach it
+    assert all(s >= 0.85 for s, b in zip(races["skill"], races["blind"], strict=True) if b)
+    assert min(races["skill"]) >= 0.6 and max(races["skill"]) <= 1.0
