@@ -515,9 +515,11 @@ def build_report(run: RunDir) -> str:
     parts.append(f"<p>{nav} | <a href='#final'>final agent</a> | <a href='#time'>time and tokens</a></p>")
     if run.exists("bootstrap/races.json"):
         b = run.read_json("bootstrap/races.json")
+        blind = sum(b.get("blind", ()))  # (a run made before blind drivers has no such key)
+        careless = f", {blind} of them blind to the other cars," if blind else ""
         parts.append(f"<h2>Bootstrap preferences</h2><p>{len(b['names'])} races of the built-in AI driving the ego "
-                     f"car with varied skill and aggression gave {b['pairs']} judged clip pairs before the first "
-                     "iteration, so TAC can filter from iteration 1.</p>")
+                     f"car with varied skill and aggression{careless} gave {b['pairs']} judged clip pairs before the "
+                     "first iteration, so TAC can filter from iteration 1.</p>")
     parts.append(_pretrain(run))
     previous = None
     for k in iterations:

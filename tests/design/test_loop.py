@@ -205,6 +205,7 @@ def test_the_report_has_every_section_and_rebuilds(setup, finished):
                     "The best agent", "Judged pairs", "Sources", "diff against the previous best",
                     "Final agent against the library rewards", "Time and tokens per stage", "<video src="):
         assert section in text, section
+    assert "4 races of the built-in AI driving the ego car with varied skill and aggression, 2 of them blind" in text
     (finished / "report.html").unlink()
     out = subprocess.run([sys.executable, "-m", "jaxrace.cli", "report", str(finished)], env=env,
                          capture_output=True, text=True, timeout=120)
